@@ -551,7 +551,7 @@ def main(args: Args) -> dict:
         sys.exit(2)
     run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     random.seed(args.seed)
-    np.random.seed(args.seed)
+    np.random.seed(args.seed)  # noqa: NPY002 (seeds any library that draws from the global RNG)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
@@ -562,8 +562,14 @@ def main(args: Args) -> dict:
     if args.track:
         import wandb
 
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=dataclasses.asdict(args), name=run_name, save_code=True)
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=dataclasses.asdict(args),
+            name=run_name,
+            save_code=True,
+        )
     writer = SummaryWriter(f"runs/{run_name}")
     writer.add_text("hyperparameters", hyperparameter_table(args))
 
@@ -580,7 +586,11 @@ def main(args: Args) -> dict:
     start_time = time.time()
     progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", dynamic_ncols=True)
     for iteration in range(1, args.num_iterations + 1):
-        lr = linear_schedule(args.learning_rate, iteration, args.num_iterations) if args.anneal_lr else args.learning_rate
+        lr = (
+            linear_schedule(args.learning_rate, iteration, args.num_iterations)
+            if args.anneal_lr
+            else args.learning_rate
+        )
         optimizer.param_groups[0]["lr"] = lr
 
         state, episodes = collect_rollout(envs, agent, buf, state, device)
@@ -591,8 +601,16 @@ def main(args: Args) -> dict:
 
         with torch.no_grad():
             next_value = agent.get_value(state.obs)
-        advantages, returns = compute_gae(buf.rewards, buf.values, next_value, buf.terminations, buf.truncations,
-                                          args.gamma, args.gae_lambda, args.bootstrap_truncation)
+        advantages, returns = compute_gae(
+            buf.rewards,
+            buf.values,
+            next_value,
+            buf.terminations,
+            buf.truncations,
+            args.gamma,
+            args.gae_lambda,
+            args.bootstrap_truncation,
+        )
         metrics = update(agent, optimizer, buf, advantages, returns, args, kl_beta, args.clip_coef)
         if args.objective == "kl-adaptive":
             kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
@@ -605,7 +623,9 @@ def main(args: Args) -> dict:
         progress.set_postfix(sps=f"{sps:.0f}", ret=f"{recent:.1f}")
     progress.close()
 
-    summary = write_summary(f"runs/{run_name}/summary.json", global_step, episode_returns, sps, time.time() - start_time)
+    summary = write_summary(
+        f"runs/{run_name}/summary.json", global_step, episode_returns, sps, time.time() - start_time
+    )
     print(json.dumps(summary))
     envs.close()
     writer.close()

@@ -161,6 +161,13 @@ def check_env(env_id: str) -> str | None:
     return None
 
 
+def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
+    """The wrapper of the given class in the chain around envs."""
+    while not isinstance(envs, kind):
+        envs = envs.env
+    return envs
+
+
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk() -> gym.Env:
         if capture_video and idx == 0:

@@ -1,0 +1,312 @@
+"""ppo_continuous.py: the pure functions, time-limit bootstrapping, an end-to-end run, bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import ppo_continuous as C
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- GAE ---------------------------------------------------------------------------------------
+
+
+def gae_case():
+    """One env, 7 steps with NEXT_STEP autoreset: step 1 terminates, step 2 is the reset step that
+    follows, step 4 is truncated (step 5 resets; obs 5 is the episode's final observation), and
+    step 6 is cut off by the end of the rollout."""
+    rewards = torch.tensor([1.0, 2.0, 0.0, 0.5, 3.0, 0.0, 1.0])[:, None]
+    values = torch.tensor([0.5, 1.0, 9.0, 0.4, 0.6, 2.0, 0.3])[:, None]  # values[5] = V(final obs)
+    terms = torch.tensor([0, 1, 0, 0, 0, 0, 0], dtype=torch.bool)[:, None]
+    truncs = torch.tensor([0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)[:, None]
+    next_value = torch.tensor([0.8])
+    return rewards, values, next_value, terms, truncs
+
+
+def test_gae_mixes_terminations_truncations_and_an_unfinished_tail():
+    g, lam = 0.9, 0.5
+    rewards, values, next_value, terms, truncs = gae_case()
+    adv, ret = C.compute_gae(rewards, values, next_value, terms, truncs, g, lam)
+    d6 = 1.0 + g * 0.8 - 0.3  # the tail bootstraps from V(s_T)
+    d4 = 3.0 + g * 2.0 - 0.6  # truncated: bootstraps from V(final obs) = values[5]
+    d3 = 0.5 + g * 0.6 - 0.4
+    d1 = 2.0 - 1.0  # terminated: nothing after it
+    d0 = 1.0 + g * 1.0 - 0.5
+    expected = {0: d0 + g * lam * d1, 1: d1, 3: d3 + g * lam * d4, 4: d4, 6: d6}
+    for t, a in expected.items():  # steps 2 and 5 are autoreset steps: dropped by the update
+        assert adv[t, 0].item() == pytest.approx(a, abs=1e-6)
+    assert torch.allclose(ret, adv + values)
+
+
+def test_no_bootstrap_truncation_treats_the_time_limit_as_a_termination():
+    rewards, values, next_value, terms, truncs = gae_case()
+    adv, _ = C.compute_gae(rewards, values, next_value, terms, truncs, 0.9, 0.5, bootstrap_truncation=False)
+    assert adv[4, 0].item() == pytest.approx(3.0 - 0.6)
+
+
+def test_gae_with_lambda_one_is_the_discounted_return_minus_value():
+    rewards = torch.ones(5, 2)
+    values = torch.zeros(5, 2)
+    none = torch.zeros(5, 2, dtype=torch.bool)
+    adv, _ = C.compute_gae(rewards, values, torch.zeros(2), none, none, 0.5, 1.0)
+    assert adv[0, 0].item() == pytest.approx(sum(0.5**k for k in range(5)))
+
+
+# --- time limits in a real vector env ----------------------------------------------------------
+
+
+class RawObs(gym.Wrapper):
+    """Records every raw observation the env returns, and which step ended an episode."""
+
+    log: list = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        RawObs.log.append(("reset", obs.copy()))
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        RawObs.log.append(("final" if terminated or truncated else "step", obs.copy()))
+        return obs, reward, terminated, truncated, info
+
+
+def test_truncation_bootstraps_from_the_normalized_final_observation(monkeypatch):
+    args = C.Args(env_id="Pendulum-v1", num_steps=260, total_timesteps=260)  # Pendulum truncates at 200
+    monkeypatch.setattr(C, "make_env", lambda env_id, idx, cv, rn: lambda: RawObs(gym.make(env_id)))
+    RawObs.log = []
+    envs = C.make_envs(args, "test")
+    norm = C.find_wrapper(envs, gym.wrappers.vector.NormalizeObservation)
+    torch.manual_seed(0)
+    agent = C.Agent(envs)
+    obs, _ = envs.reset(seed=0)
+    for _ in range(300):  # warm the statistics up, then freeze them so the test can recompute them
+        envs.step(envs.action_space.sample())
+    norm.update_running_mean = False
+    obs, _ = envs.reset(seed=1)
+    RawObs.log = []
+    buf = C.Rollout.allocate(envs, args.num_steps, torch.device("cpu"))
+    state = C.EnvState(torch.as_tensor(obs), torch.zeros(1, dtype=torch.bool))
+    C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+
+    t = int(torch.nonzero(buf.truncations[:, 0])[0])
+    assert t == 199 and not buf.terminations[t, 0]
+    assert not buf.real[t + 1, 0] and buf.real[t, 0] and buf.real[t + 2, 0]  # the reset step is dropped
+    kind, raw_final = RawObs.log[t]
+    assert kind == "final"
+    expected = np.clip((raw_final - norm.obs_rms.mean) / np.sqrt(norm.obs_rms.var + norm.epsilon), -10, 10)
+    assert torch.allclose(buf.obs[t + 1, 0], torch.as_tensor(expected, dtype=torch.float32), atol=1e-5)
+    kind, raw_reset = RawObs.log[t + 1]
+    assert kind == "reset" and not np.allclose(raw_reset, raw_final)
+    # the value GAE bootstraps from is the critic's value of exactly that observation
+    with torch.no_grad():
+        v_final = agent.get_value(torch.as_tensor(expected, dtype=torch.float32)[None])[0]
+    assert buf.values[t + 1, 0].item() == pytest.approx(v_final.item(), abs=1e-5)
+    adv, _ = C.compute_gae(buf.rewards, buf.values, torch.zeros(1), buf.terminations, buf.truncations, 0.99, 0.95)
+    delta = buf.rewards[t, 0] + 0.99 * v_final - buf.values[t, 0]
+    assert adv[t, 0].item() == pytest.approx(delta.item(), abs=1e-5)
+    envs.close()
+
+
+# --- losses and statistics ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rho, adv, zero",
+    [(1.5, 1.0, True), (1.0, 1.0, False), (0.5, 1.0, False), (0.5, -1.0, True), (1.0, -1.0, False), (1.5, -1.0, False)],
+)
+def test_clip_objective_gradient_cells(rho, adv, zero):
+    ratio = torch.tensor([rho], requires_grad=True)
+    C.policy_loss(ratio, torch.tensor([adv]), "clip", 0.2, torch.zeros(1), 0.0).backward()
+    assert ratio.grad.item() == pytest.approx(0.0 if zero else -adv)
+
+
+def test_unclipped_and_kl_objectives_gradients():
+    logratio = torch.tensor([0.3, -0.2, 0.1], requires_grad=True)
+    adv = torch.tensor([1.0, -2.0, 0.5])
+    ratio = logratio.exp()
+    C.policy_loss(ratio, adv, "none", 0.2, C.kl_k3(logratio), 1.0).backward()
+    assert torch.allclose(logratio.grad, -(ratio * adv).detach() / 3)
+    logratio.grad = None
+    ratio = logratio.exp()
+    beta = 2.0
+    C.policy_loss(ratio, adv, "kl-fixed", 0.2, C.kl_k3(logratio), beta).backward()
+    # d/dlogr of -r A + beta ((r - 1) - log r) = -r A + beta (r - 1)
+    expected = (-ratio * adv + beta * (ratio - 1)).detach() / 3
+    assert torch.allclose(logratio.grad, expected)
+
+
+def test_kl_penalty_gradient_is_the_gradient_of_the_true_kl():
+    """The k3 penalty's expected gradient under samples of the old policy equals grad KL(old||new)."""
+    torch.manual_seed(0)
+    old_mean, log_std = torch.zeros(1), torch.zeros(1)
+    new_mean = torch.tensor([0.3], requires_grad=True)
+    actions = torch.randn(200_000, 1)
+    logratio = C.gaussian_log_prob(actions, new_mean, log_std) - C.gaussian_log_prob(actions, old_mean, log_std)
+    C.kl_k3(logratio).mean().backward()
+    assert new_mean.grad.item() == pytest.approx(0.3, abs=0.02)  # d/dmu of mu^2 / 2
+
+
+def test_value_loss_clipping():
+    old = torch.tensor([0.0, 0.0])
+    ret = torch.tensor([1.0, -1.0])
+    new = torch.tensor([0.5, 0.5], requires_grad=True)
+    assert C.value_loss(new, old, ret, None).item() == pytest.approx(0.5 * (0.25 + 2.25) / 2)
+    loss = C.value_loss(new, old, ret, 0.2)
+    # sample 0: clipped 0.2 has error 0.8 > 0.5, the max picks it and its gradient is zero
+    # sample 1: unclipped error 1.5 > clipped 1.2, full gradient
+    assert loss.item() == pytest.approx(0.5 * (0.64 + 2.25) / 2)
+    loss.backward()
+    assert new.grad.tolist() == pytest.approx([0.0, 1.5 / 2])
+
+
+def test_statistics_and_schedules():
+    logratio = torch.log(torch.tensor([1.0, 1.5, 0.7, 1.1]))
+    assert C.kl_k3(logratio).min().item() >= 0
+    assert C.clip_fraction(logratio.exp(), 0.2).item() == pytest.approx(0.5)
+    assert C.linear_schedule(3e-4, 1, 10) == pytest.approx(3e-4)
+    assert C.linear_schedule(3e-4, 10, 10) == pytest.approx(3e-5)
+    assert C.adapt_kl_beta(1.0, 0.001, 0.01) == 0.5
+    assert C.adapt_kl_beta(1.0, 0.1, 0.01) == 2.0
+    assert C.adapt_kl_beta(1.0, 0.01, 0.01) == 1.0
+    assert C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])) == pytest.approx(1.0)
+    slices = C.minibatch_slices(2046, 32)
+    sizes = [s.stop - s.start for s in slices]
+    assert len(slices) == 32 and sum(sizes) == 2046 and max(sizes) - min(sizes) <= 1
+
+
+def test_gaussian_matches_torch_distributions():
+    mean, log_std = torch.randn(5, 3), torch.randn(1, 3).expand(5, 3)
+    action = torch.randn(5, 3)
+    dist = torch.distributions.Normal(mean, log_std.exp())
+    assert torch.allclose(C.gaussian_log_prob(action, mean, log_std), dist.log_prob(action).sum(-1), atol=1e-5)
+    assert torch.allclose(C.gaussian_entropy(log_std), dist.entropy().sum(-1), atol=1e-5)
+
+
+def test_agent_initialization():
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    agent = C.Agent(envs)
+    w = agent.actor_mean[0].weight
+    assert torch.allclose(w @ w.T if w.shape[0] < w.shape[1] else w.T @ w, 2 * torch.eye(min(w.shape)), atol=1e-5)
+    assert agent.actor_mean[-1].weight.norm() < 0.05  # policy head gain 0.01
+    assert all(layer.bias.abs().sum() == 0 for layer in agent.critic if isinstance(layer, torch.nn.Linear))
+    assert torch.all(agent.actor_logstd == 0)
+    envs.close()
+
+
+# --- end to end --------------------------------------------------------------------------------
+
+TAGS = {
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/learning_rate",
+    "charts/SPS",
+    "losses/policy_loss",
+    "losses/value_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/old_approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+    "losses/ratio_max",
+    "losses/ratio_min",
+    "losses/grad_norm",
+    "losses/epochs_done",
+    "charts/kl_beta",
+}
+
+
+def run_script(tmp_path, *flags, timeout=300):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "ppo_continuous.py"), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_end_to_end_logs_every_tag_and_writes_summary(tmp_path):
+    proc = run_script(
+        tmp_path,
+        "--env-id",
+        "Pendulum-v1",
+        "--total-timesteps",
+        "2048",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "512",
+        "--num-minibatches",
+        "8",
+        "--update-epochs",
+        "2",
+        "--target-kl",
+        "0.05",
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    scalars = read_scalars(run)
+    assert TAGS <= scalars.keys()
+    assert [s for s, _ in scalars["charts/learning_rate"]] == [1024, 2048]
+    assert scalars["charts/learning_rate"][1][1] == pytest.approx(3e-4 / 2)  # annealed
+    assert len(scalars["charts/episodic_return"]) == 10  # two envs x five 200-step episodes
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["global_step"] == 2048 and summary["episodes"] == 10
+    assert summary["mean_return_last_10"] == pytest.approx(np.mean([v for _, v in scalars["charts/episodic_return"]]))
+    assert "device: cpu" in proc.stdout
+
+
+@pytest.mark.parametrize("objective", ["kl-adaptive", "kl-fixed", "none"])
+def test_each_objective_runs(tmp_path, objective):
+    proc = run_script(
+        tmp_path,
+        "--env-id",
+        "Pendulum-v1",
+        "--total-timesteps",
+        "512",
+        "--num-steps",
+        "256",
+        "--num-minibatches",
+        "4",
+        "--update-epochs",
+        "2",
+        "--objective",
+        objective,
+        "--clip-vloss",
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--env-id", "NoSuchEnv-v0"], "unknown environment"),
+        (["--env-id", "CartPole-v1"], "Box actions"),
+        (["--num-minibatches", "3"], "does not divide"),
+        (["--total-timesteps", "0"], "must be positive"),
+        (["--total-timesteps", "100"], "less than one batch"),
+        (["--num-envs", "-1"], "must be positive"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, message):
+    proc = run_script(tmp_path, *flags, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    assert not (tmp_path / "runs").exists()

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
@@ -212,14 +213,20 @@ def layer_init(layer: nn.Linear, gain: float = HIDDEN_GAIN) -> nn.Linear:
     return layer
 
 
-def mlp(in_dim: int, out_dim: int, head_gain: float) -> nn.Sequential:
-    return nn.Sequential(
-        layer_init(nn.Linear(in_dim, HIDDEN)),
-        nn.Tanh(),
-        layer_init(nn.Linear(HIDDEN, HIDDEN)),
-        nn.Tanh(),
-        layer_init(nn.Linear(HIDDEN, out_dim), head_gain),
-    )
+class MLP(nn.Module):
+    """Linear layers with tanh between them. forward calls F.linear itself: going through each
+    layer's module call would cost more than the arithmetic on these tiny layers."""
+
+    def __init__(self, in_dim: int, out_dim: int, head_gain: float):
+        super().__init__()
+        sizes = [in_dim, HIDDEN, HIDDEN]
+        self.hidden = nn.ModuleList(layer_init(nn.Linear(i, o)) for i, o in zip(sizes[:-1], sizes[1:]))
+        self.head = layer_init(nn.Linear(HIDDEN, out_dim), head_gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.hidden:
+            x = torch.tanh(F.linear(x, layer.weight, layer.bias))
+        return F.linear(x, self.head.weight, self.head.bias)
 
 
 def gaussian_log_prob(action: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
@@ -241,8 +248,8 @@ class Agent(nn.Module):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         act_dim = int(np.prod(envs.single_action_space.shape))
-        self.critic = mlp(obs_dim, 1, VALUE_HEAD_GAIN)
-        self.actor_mean = mlp(obs_dim, act_dim, POLICY_HEAD_GAIN)
+        self.critic = MLP(obs_dim, 1, VALUE_HEAD_GAIN)
+        self.actor_mean = MLP(obs_dim, act_dim, POLICY_HEAD_GAIN)
         self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))  # std 1 at the start
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -251,10 +258,11 @@ class Agent(nn.Module):
     def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, greedy: bool = False):
         """Sample an action (or score the given one): action (B, A), log-prob (B,), entropy (B,), value (B,)."""
         mean = self.actor_mean(obs)  # (B, A)
-        log_std = self.actor_logstd.expand_as(mean)
+        log_std = self.actor_logstd  # (1, A), broadcast over the batch
         if action is None:
             action = mean if greedy else mean + torch.exp(log_std) * torch.randn_like(mean)
-        return action, gaussian_log_prob(action, mean, log_std), gaussian_entropy(log_std), self.get_value(obs)
+        entropy = gaussian_entropy(log_std).expand(mean.shape[0])  # the same in every state
+        return action, gaussian_log_prob(action, mean, log_std), entropy, self.get_value(obs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -193,10 +193,12 @@ def test_gaussian_matches_torch_distributions():
 def test_agent_initialization():
     envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
     agent = C.Agent(envs)
-    w = agent.actor_mean[0].weight
-    assert torch.allclose(w @ w.T if w.shape[0] < w.shape[1] else w.T @ w, 2 * torch.eye(min(w.shape)), atol=1e-5)
-    assert agent.actor_mean[-1].weight.norm() < 0.05  # policy head gain 0.01
-    assert all(layer.bias.abs().sum() == 0 for layer in agent.critic if isinstance(layer, torch.nn.Linear))
+    w = agent.actor_mean.hidden[1].weight  # 64 x 64: orthogonal with gain sqrt(2)
+    assert torch.allclose(w @ w.T, 2 * torch.eye(64), atol=1e-5)
+    head = agent.actor_mean.head.weight  # orthogonal rows with gain 0.01
+    assert torch.allclose(head @ head.T, 1e-4 * torch.eye(head.shape[0]), atol=1e-7)
+    assert agent.critic.head.weight.norm().item() == pytest.approx(1.0, abs=1e-5)  # gain 1, one row
+    assert all(layer.bias.abs().sum() == 0 for layer in agent.modules() if isinstance(layer, torch.nn.Linear))
     assert torch.all(agent.actor_logstd == 0)
     envs.close()
 

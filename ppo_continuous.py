@@ -1,9 +1,8 @@
-"""PPO for continuous control (MuJoCo and any Box-action gymnasium env), in one file.
-
+"""PPO for continuous control (MuJoCo, or any gymnasium env with Box actions), in one file:
     python ppo_continuous.py --env-id HalfCheetah-v4
     python ppo_continuous.py --env-id Hopper-v4 --seed 2 --total-timesteps 2000000
-    python ppo_continuous.py --objective kl-adaptive          # PPO paper, Table 1 variants
-    python ppo_continuous.py --no-bootstrap-truncation         # CleanRL's time-limit handling
+    python ppo_continuous.py --objective kl-adaptive          # the PPO paper's Table 1 variants
+    python ppo_continuous.py --no-bootstrap-truncation        # CleanRL's time-limit handling
     tensorboard --logdir runs
 
 Sections, in the same order in every script of this repository (diff them to see what differs):
@@ -20,16 +19,15 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders headless only through EGL
-
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders headless only through EGL
 
 # ---------------------------------------------------------------------------------------------
 # 1. Args
@@ -56,43 +54,46 @@ class Args:
     """record videos of the first environment to videos/{run_name}/"""
 
     env_id: str = "HalfCheetah-v4"
-    """any gymnasium environment id with a Box action space"""
+    """any gymnasium id with Box actions: HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4, v5), Pendulum-v1"""
     total_timesteps: int = 1_000_000
-    """environment steps to train for, summed over all environments"""
+    """environment steps summed over all environments (the PPO paper's MuJoCo budget)"""
     learning_rate: float = 3e-4
-    """Adam's step size at the start of training"""
+    """Adam's step size at the start of training (the paper's MuJoCo value)"""
     num_envs: int = 1
-    """parallel environments (the PPO paper's MuJoCo runs used one)"""
+    """parallel environments (the paper's MuJoCo runs used one)"""
     num_steps: int = 2048
-    """steps per environment per rollout (the paper's T)"""
+    """steps per environment per rollout (the paper's MuJoCo T)"""
+    num_minibatches: int = 32
+    """minibatches per epoch (2048 / 32 = the paper's MuJoCo minibatch of 64)"""
+    update_epochs: int = 10
+    """passes over each rollout (the paper's MuJoCo K)"""
+    clip_coef: float = 0.2
+    """clip range epsilon of the surrogate, and of the value with --clip-vloss (the paper's MuJoCo value)"""
+    ent_coef: float = 0.0
+    """weight of the entropy bonus (none in the paper's MuJoCo runs)"""
+
     anneal_lr: bool = True
     """decay the learning rate linearly to zero over training"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
     """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo"""
-    num_minibatches: int = 32
-    """minibatches per epoch (2048 / 32 = the paper's minibatch of 64)"""
-    update_epochs: int = 10
-    """passes over each rollout (the paper's K)"""
     norm_adv: bool = True
     """normalize advantages per minibatch"""
     objective: Literal["clip", "kl-adaptive", "kl-fixed", "none"] = "clip"
     """policy objective: clipped surrogate, KL penalty (adaptive or fixed beta), or plain surrogate"""
-    clip_coef: float = 0.2
-    """the clip range epsilon of the surrogate (and of the value function with --clip-vloss)"""
     kl_beta: float = 1.0
     """weight of the KL penalty (its starting value for kl-adaptive)"""
     kl_target: float = 0.01
     """kl-adaptive's d_targ: beta halves below d_targ/1.5 and doubles above 1.5*d_targ"""
     clip_vloss: bool = False
     """clip the value loss as the policy's (off: Andrychowicz et al. 2021 found it does not help)"""
-    ent_coef: float = 0.0
-    """weight of the entropy bonus"""
     vf_coef: float = 0.5
     """weight of the value loss"""
     max_grad_norm: float = 0.5
     """clip the global gradient norm to this value"""
+    anneal_clip: bool = False
+    """decay the clip range linearly to zero over training, as the PPO paper did on Atari"""
     target_kl: float | None = None
     """stop the epochs of an update as soon as a minibatch's approx KL exceeds this"""
     bootstrap_truncation: bool = True
@@ -112,8 +113,6 @@ class Args:
         return self.total_timesteps // self.batch_size
 
 
-OBS_CLIP = 10.0  # normalized observations are clipped to +-10
-REWARD_CLIP = 10.0  # scaled rewards are clipped to +-10
 ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
 CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
@@ -146,12 +145,18 @@ def check_args(args: Args) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
+OBS_CLIP = 10.0  # normalized observations are clipped to +-10
+REWARD_CLIP = 10.0  # scaled rewards are clipped to +-10
+ENV_KWARGS: dict = {}  # gym.make's defaults
+
+
 def check_env(env_id: str) -> str | None:
     """Say why env_id cannot be trained on by this script, or None."""
     try:
-        env = gym.make(env_id)
+        spec = gym.spec(env_id)
     except gym.error.Error as e:
         return f"unknown environment {env_id!r}: {e}"
+    env = gym.make(spec)
     is_box = isinstance(env.action_space, gym.spaces.Box)
     is_flat = isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1
     env.close()
@@ -162,20 +167,12 @@ def check_env(env_id: str) -> str | None:
     return None
 
 
-def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
-    """The wrapper of the given class in the chain around envs."""
-    while not isinstance(envs, kind):
-        envs = envs.env
-    return envs
-
-
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk() -> gym.Env:
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
+        render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
+        env = gym.make(env_id, **ENV_KWARGS, **render)
+        if render:
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
         return env
 
     return thunk
@@ -183,7 +180,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
-    real final observation (normalized like any other), and the next step only resets."""
+    real final observation (through the same wrappers as any other), and the next step only resets."""
     envs = gym.vector.SyncVectorEnv(
         [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
@@ -197,24 +194,31 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     return envs
 
 
+def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
+    """The wrapper of the given class in the chain around envs."""
+    while not isinstance(envs, kind):
+        envs = envs.env
+    return envs
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Agent
 # ---------------------------------------------------------------------------------------------
 
 HIDDEN = 64  # units in each of the two hidden layers
-HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain for tanh hidden layers
-POLICY_HEAD_GAIN = 0.01  # near-zero initial mean: the first actions are pure exploration noise
+HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
+POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
 VALUE_HEAD_GAIN = 1.0
 
 
-def layer_init(layer: nn.Linear, gain: float = HIDDEN_GAIN) -> nn.Linear:
+def layer_init(layer: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer
 
 
 class MLP(nn.Module):
-    """Linear layers with tanh between them. forward calls F.linear itself: going through each
+    """Linear layers with tanh between them. forward calls the linear function itself: going through each
     layer's module call would cost more than the arithmetic on these tiny layers."""
 
     def __init__(self, in_dim: int, out_dim: int, head_gain: float):
@@ -225,8 +229,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.hidden:
-            x = torch.tanh(F.linear(x, layer.weight, layer.bias))
-        return F.linear(x, self.head.weight, self.head.bias)
+            x = torch.tanh(nn.functional.linear(x, layer.weight, layer.bias))
+        return nn.functional.linear(x, self.head.weight, self.head.bias)
 
 
 def gaussian_log_prob(action: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
@@ -256,7 +260,8 @@ class Agent(nn.Module):
         return self.critic(obs).squeeze(-1)  # (B, obs_dim) -> (B,)
 
     def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, greedy: bool = False):
-        """Sample an action (or score the given one): action (B, A), log-prob (B,), entropy (B,), value (B,)."""
+        """Sample an action (or score the given one, or take the likeliest with greedy): the action,
+        its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
         mean = self.actor_mean(obs)  # (B, A)
         log_std = self.actor_logstd  # (1, A), broadcast over the batch
         if action is None:
@@ -502,14 +507,11 @@ def update(
         if stop:
             break
         epochs_done += 1
-    with torch.no_grad():  # the KL of the policy after the whole update, for the adaptive penalty
-        _, newlogprob, _, _ = agent.get_action_and_value(b_obs, b_actions)
-        final_kl = kl_k3(newlogprob - b_logprobs).mean().item()
     # minibatches differ in size by at most one sample, so the mean over all samples is the mean of means
     pg, v, ent, gn = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * 4
     logratio = torch.cat(logratios) if logratios else torch.zeros(1)
     ratio = logratio.exp()
-    return {
+    metrics = {
         "losses/policy_loss": pg,
         "losses/value_loss": v,
         "losses/entropy": ent,
@@ -519,10 +521,14 @@ def update(
         "losses/grad_norm": gn,
         "losses/ratio_max": ratio.max().item(),
         "losses/ratio_min": ratio.min().item(),
-        "losses/final_kl": final_kl,
         "losses/epochs_done": epochs_done,
         "losses/explained_variance": explained_variance(b_values, b_returns),
     }
+    if args.objective == "kl-adaptive":  # the adaptive penalty is set by the KL of the whole update
+        with torch.no_grad():
+            _, newlogprob, _, _ = agent.get_action_and_value(b_obs, b_actions)
+            metrics["losses/final_kl"] = kl_k3(newlogprob - b_logprobs).mean().item()
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,6 +613,9 @@ def main(args: Args) -> dict:
             else args.learning_rate
         )
         optimizer.param_groups[0]["lr"] = lr
+        clip_coef = (
+            linear_schedule(args.clip_coef, iteration, args.num_iterations) if args.anneal_clip else args.clip_coef
+        )
 
         state, episodes = collect_rollout(envs, agent, buf, state, device)
         global_step += args.batch_size
@@ -626,13 +635,17 @@ def main(args: Args) -> dict:
             args.gae_lambda,
             args.bootstrap_truncation,
         )
-        metrics = update(agent, optimizer, buf, advantages, returns, args, kl_beta, args.clip_coef)
+        metrics = update(agent, optimizer, buf, advantages, returns, args, kl_beta, clip_coef)
         if args.objective == "kl-adaptive":
             kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
 
         sps = global_step / (time.time() - start_time)
         log_scalars(writer, metrics, global_step)
-        log_scalars(writer, {"charts/learning_rate": lr, "charts/SPS": sps, "charts/kl_beta": kl_beta}, global_step)
+        log_scalars(
+            writer,
+            {"charts/learning_rate": lr, "charts/clip_coef": clip_coef, "charts/SPS": sps, "charts/kl_beta": kl_beta},
+            global_step,
+        )
         recent = np.mean(episode_returns[-RECENT_EPISODES:]) if episode_returns else float("nan")
         progress.update(args.batch_size)
         progress.set_postfix(sps=f"{sps:.0f}", ret=f"{recent:.1f}")

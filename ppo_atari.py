@@ -1,0 +1,682 @@
+"""PPO for Atari from pixels, in one file: ppo_continuous.py with an Atari environment and a CNN:
+    python ppo_atari.py --env-id BreakoutNoFrameskip-v4
+    python ppo_atari.py --env-id ALE/Pong-v5 --total-timesteps 2000000
+    python ppo_atari.py --anneal-clip --vf-coef 1.0 --update-epochs 3  # the PPO paper's Atari settings
+    tensorboard --logdir runs
+
+Sections, in the same order in every script of this repository (diff them to see what differs):
+1. Args  2. Environment  3. Agent  4. Algorithm (pure functions)  5. Rollout  6. Update
+7. Logging  8. Main
+"""
+
+import dataclasses
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+gym.register_envs(ale_py)  # make the ALE ids known to gymnasium
+
+# ---------------------------------------------------------------------------------------------
+# 1. Args
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Args:
+    exp_name: str = os.path.basename(__file__).removesuffix(".py")
+    """name of this experiment, part of the run folder's name"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """make cuDNN pick deterministic algorithms"""
+    cuda: bool = True
+    """use CUDA when it is available"""
+    track: bool = False
+    """also log to Weights & Biases (needs `pip install wandb`)"""
+    wandb_project_name: str = "ppo"
+    """the Weights & Biases project"""
+    wandb_entity: str | None = None
+    """the Weights & Biases entity (team)"""
+    capture_video: bool = False
+    """record videos of the first environment to videos/{run_name}/"""
+
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """an Atari id: any *NoFrameskip-v4 or ALE/*-v5"""
+    total_timesteps: int = 10_000_000
+    """agent steps summed over all environments, 4 frames each (CleanRL's Atari budget)"""
+    learning_rate: float = 2.5e-4
+    """Adam's step size at the start of training (the paper's Atari value)"""
+    num_envs: int = 8
+    """parallel environments (the paper's 8 Atari actors)"""
+    num_steps: int = 128
+    """steps per environment per rollout (the paper's Atari T)"""
+    num_minibatches: int = 4
+    """minibatches per epoch (1024 / 4 = 256 samples each)"""
+    update_epochs: int = 4
+    """passes over each rollout (CleanRL's 4; the paper used 3)"""
+    clip_coef: float = 0.1
+    """clip range epsilon of the surrogate, and of the value with --clip-vloss (the paper's Atari value)"""
+    ent_coef: float = 0.01
+    """weight of the entropy bonus (the paper's Atari c2)"""
+
+    anneal_lr: bool = True
+    """decay the learning rate linearly to zero over training"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    objective: Literal["clip", "kl-adaptive", "kl-fixed", "none"] = "clip"
+    """policy objective: clipped surrogate, KL penalty (adaptive or fixed beta), or plain surrogate"""
+    kl_beta: float = 1.0
+    """weight of the KL penalty (its starting value for kl-adaptive)"""
+    kl_target: float = 0.01
+    """kl-adaptive's d_targ: beta halves below d_targ/1.5 and doubles above 1.5*d_targ"""
+    clip_vloss: bool = False
+    """clip the value loss as the policy's (off: Andrychowicz et al. 2021 found it does not help)"""
+    vf_coef: float = 0.5
+    """weight of the value loss"""
+    max_grad_norm: float = 0.5
+    """clip the global gradient norm to this value"""
+    anneal_clip: bool = False
+    """decay the clip range linearly to zero over training, as the PPO paper did on Atari"""
+    target_kl: float | None = None
+    """stop the epochs of an update as soon as a minibatch's approx KL exceeds this"""
+    bootstrap_truncation: bool = True
+    """bootstrap from the critic at time limits (off: treat them as terminations, as CleanRL does)"""
+
+    @property
+    def batch_size(self) -> int:
+        """transitions per rollout"""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
+ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
+CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
+RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
+
+
+def check_args(args: Args) -> str | None:
+    """The first problem with the arguments, or None. Checked before anything is written."""
+    if args.total_timesteps <= 0:
+        return f"--total-timesteps must be positive, got {args.total_timesteps}"
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) <= 0:
+            return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+    if args.batch_size % args.num_minibatches:
+        return (
+            f"--num-minibatches {args.num_minibatches} does not divide the batch of "
+            f"{args.batch_size} (--num-envs x --num-steps)"
+        )
+    if args.total_timesteps < args.batch_size:
+        return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
+    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
+        return "--learning-rate, --clip-coef and --kl-target must be positive"
+    if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
+        return "--gamma and --gae-lambda must lie in [0, 1]"
+    return check_env(args.env_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Environment
+# ---------------------------------------------------------------------------------------------
+
+
+NOOP_MAX = 30  # up to 30 no-op actions at reset, so that games start in different states
+FRAME_SKIP = 4  # repeat each action for 4 frames, max-pooling the last two (Atari flickers)
+SCREEN = 84  # frames are resized to 84x84 grayscale
+FRAME_STACK = 4  # the agent sees the last 4 frames
+NOOP, FIRE = 0, 1  # action indices in every ALE action set
+ENV_KWARGS: dict = {"frameskip": 1}  # AtariPreprocessing skips frames itself (max-pooling the last two)
+
+
+class EpisodicLife(gym.Wrapper):
+    """Losing a life ends the episode for learning (terminated=True) without ending the game: the
+    reset that follows only takes a no-op step, unless the game is really over."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        life_lost = 0 < lives < self.lives
+        self.lives = lives
+        return obs, reward, terminated or life_lost, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:  # a life was lost: carry on with the same game
+            obs, _, terminated, truncated, info = self.env.step(NOOP)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.lives, self.game_over = self.env.unwrapped.ale.lives(), False
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE after every reset, in games that wait for it (Breakout's ball, for one)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def check_env(env_id: str) -> str | None:
+    """Say why env_id cannot be trained on by this script, or None."""
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        return f"unknown environment {env_id!r}: {e}"
+    if "ale_py" not in str(spec.entry_point):
+        return f"{env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
+    return None
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+    def thunk() -> gym.Env:
+        render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
+        env = gym.make(env_id, **ENV_KWARGS, **render)
+        if render:
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # whole games, raw score: before lives and clipping
+        env = EpisodicLife(env)
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = FireReset(env)
+        env = gym.wrappers.TransformReward(env, np.sign)  # learn from the reward's sign only
+        env = gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # (4, 84, 84), oldest frame first
+        return env
+
+    return thunk
+
+
+def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
+    """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
+    real final observation (through the same wrappers as any other), and the next step only resets."""
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    return envs
+
+
+def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
+    """The wrapper of the given class in the chain around envs."""
+    while not isinstance(envs, kind):
+        envs = envs.env
+    return envs
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Agent
+# ---------------------------------------------------------------------------------------------
+
+HIDDEN = 512  # units of the fully connected layer after the convolutions
+PIXEL_MAX = 255.0  # observations are uint8 frames, scaled to [0, 1] inside the network
+HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
+POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
+VALUE_HEAD_GAIN = 1.0
+
+
+def layer_init(layer: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class Agent(nn.Module):
+    """The Nature CNN (Mnih et al. 2015) shared by a categorical policy head and a value head."""
+
+    def __init__(self, envs: gym.vector.VectorEnv):
+        super().__init__()
+        channels = envs.single_observation_space.shape[0]
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4)),  # (B, 4, 84, 84) -> (B, 32, 20, 20)
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),  # -> (B, 64, 9, 9)
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),  # -> (B, 64, 7, 7)
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, HIDDEN)),  # -> (B, 512)
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(HIDDEN, envs.single_action_space.n), POLICY_HEAD_GAIN)
+        self.critic = layer_init(nn.Linear(HIDDEN, 1), VALUE_HEAD_GAIN)
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.network(obs / PIXEL_MAX)).squeeze(-1)  # (B, 4, 84, 84) -> (B,)
+
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, greedy: bool = False):
+        """Sample an action (or score the given one, or take the likeliest with greedy): the action,
+        its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
+        hidden = self.network(obs / PIXEL_MAX)  # (B, 512)
+        log_probs = self.actor(hidden).log_softmax(-1)  # (B, num_actions)
+        if action is None:
+            action = log_probs.argmax(-1) if greedy else torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.critic(hidden).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Algorithm: pure functions of tensors
+# ---------------------------------------------------------------------------------------------
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_value: torch.Tensor,
+    terminations: torch.Tensor,
+    truncations: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    bootstrap_truncation: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over a rollout of shape (T, N).
+
+    values[t] = V(s_t); next_value = V(s_T), the observation after the last step. With NEXT_STEP
+    autoreset the observation after a step that ends an episode is that episode's real final
+    observation, so values[t + 1] is what a truncated step bootstraps from:
+        delta_t = r_t + gamma * V(s_{t+1}) * (1 - terminated_t) - V(s_t)
+        A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
+    A terminated step has no future; a truncated one does (the episode was only cut off) but its
+    advantage must not flow across the episode boundary. The step after a done is the autoreset
+    step: its advantage is meaningless and the update drops it. Returns (advantages, returns).
+    """
+    dones = terminations | truncations
+    no_future = dones if not bootstrap_truncation else terminations  # CleanRL: truncation = termination
+    next_values = torch.cat([values[1:], next_value.unsqueeze(0)])  # (T, N): V(s_{t+1})
+    deltas = rewards + gamma * next_values * (~no_future) - values
+    carry = gamma * gae_lambda * (~dones)
+    advantages = torch.zeros_like(values)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(values.shape[0])):
+        last = deltas[t] + carry[t] * last
+        advantages[t] = last
+    return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean()) / (x.std() + ADV_EPS)
+
+
+def policy_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, objective: str, clip_coef: float, kl: torch.Tensor, kl_beta: float
+) -> torch.Tensor:
+    """The policy part of the loss to minimize (the negated objective of the PPO paper's Table 1).
+
+    clip:        -E[min(r A, clip(r, 1-eps, 1+eps) A)]
+    kl-*:        -E[r A] + beta * KL(old || new)   (KL: the per-sample k3 estimate, unbiased in value
+                                                    and gradient under samples from the old policy)
+    none:        -E[r A]
+    """
+    surrogate = ratio * advantages
+    if objective == "clip":
+        return -torch.min(surrogate, torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef) * advantages).mean()
+    if objective in ("kl-adaptive", "kl-fixed"):
+        return -surrogate.mean() + kl_beta * kl.mean()
+    return -surrogate.mean()
+
+
+def value_loss(
+    new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_coef: float | None
+) -> torch.Tensor:
+    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within
+    clip_coef of the value at collection time (a pessimistic bound, as for the policy)."""
+    unclipped = (new_values - returns).square()
+    if clip_coef is None:
+        return 0.5 * unclipped.mean()
+    clipped = old_values + torch.clamp(new_values - old_values, -clip_coef, clip_coef)
+    return 0.5 * torch.max(unclipped, (clipped - returns).square()).mean()
+
+
+def kl_k3(logratio: torch.Tensor) -> torch.Tensor:
+    """Per-sample k3 estimate of KL(old || new): (r - 1) - log r, never negative."""
+    return torch.expm1(logratio) - logratio
+
+
+def clip_fraction(ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """Share of samples whose ratio left [1 - eps, 1 + eps]."""
+    return ((ratio - 1).abs() > clip_coef).float().mean()
+
+
+def linear_schedule(start: float, iteration: int, num_iterations: int) -> float:
+    """start at iteration 1, falling linearly to start / num_iterations at the last iteration."""
+    return start * (1.0 - (iteration - 1.0) / num_iterations)
+
+
+def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
+    """The PPO paper's rule: halve beta when the KL was below d_targ/1.5, double it above 1.5*d_targ."""
+    if kl < kl_target / 1.5:
+        return beta / 2
+    if kl > kl_target * 1.5:
+        return beta * 2
+    return beta
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
+    var = target.var()
+    return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Rollout
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_dtype(space: gym.spaces.Space) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype
+
+
+@dataclass
+class Rollout:
+    """What one rollout stores, each (T, N, ...) on the training device."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terminations: torch.Tensor
+    truncations: torch.Tensor
+    real: torch.Tensor  # False on the autoreset step that follows a done: not a transition to train on
+
+    @staticmethod
+    def allocate(envs: gym.vector.VectorEnv, num_steps: int, device: torch.device) -> "Rollout":
+        shape = (num_steps, envs.num_envs)
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        return Rollout(
+            obs=torch.zeros(shape + obs_space.shape, dtype=torch_dtype(obs_space), device=device),
+            actions=torch.zeros(shape + act_space.shape, dtype=torch_dtype(act_space), device=device),
+            logprobs=torch.zeros(shape, device=device),
+            values=torch.zeros(shape, device=device),
+            rewards=torch.zeros(shape, device=device),
+            terminations=torch.zeros(shape, dtype=torch.bool, device=device),
+            truncations=torch.zeros(shape, dtype=torch.bool, device=device),
+            real=torch.zeros(shape, dtype=torch.bool, device=device),
+        )
+
+
+@dataclass
+class EnvState:
+    """What carries over from one rollout to the next: the current observation and whether each
+    environment's last step ended its episode (so that its next step is an autoreset)."""
+
+    obs: torch.Tensor
+    done: torch.Tensor
+
+
+@torch.no_grad()
+def collect_rollout(
+    envs: gym.vector.VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
+) -> tuple[EnvState, list[tuple[float, int]]]:
+    """Run the policy for T steps in every env, filling buf. Returns the new state and the
+    finished episodes' raw (return, length)."""
+    num_steps = buf.obs.shape[0]
+    rewards = np.zeros((num_steps, envs.num_envs), dtype=np.float32)  # env outputs stay in NumPy
+    terminations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # until the rollout ends:
+    truncations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # one copy, not one per step
+    episodes = []
+    obs = state.obs
+    for step in range(num_steps):
+        action, logprob, _, value = agent.get_action_and_value(obs)
+        buf.obs[step], buf.actions[step], buf.logprobs[step], buf.values[step] = obs, action, logprob, value
+        next_obs, rewards[step], terminations[step], truncations[step], info = envs.step(action.cpu().numpy())
+        obs = torch.as_tensor(next_obs, device=device)
+        if "_episode" in info:
+            for i in np.flatnonzero(info["_episode"]):
+                episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i])))
+    buf.rewards.copy_(torch.from_numpy(rewards))
+    buf.terminations.copy_(torch.from_numpy(terminations))
+    buf.truncations.copy_(torch.from_numpy(truncations))
+    dones = buf.terminations | buf.truncations
+    # an env whose previous step ended its episode spends this step resetting: not a transition
+    buf.real.copy_(~torch.cat([state.done.unsqueeze(0), dones[:-1]]))
+    return EnvState(obs, dones[-1]), episodes
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Update
+# ---------------------------------------------------------------------------------------------
+
+
+def minibatch_slices(batch_size: int, num_minibatches: int) -> list[slice]:
+    """num_minibatches contiguous slices covering range(batch_size), sizes differing by at most one."""
+    bounds = np.linspace(0, batch_size, num_minibatches + 1).round().astype(int)
+    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def update(
+    agent: Agent,
+    optimizer: torch.optim.Optimizer,
+    buf: Rollout,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    args: Args,
+    kl_beta: float,
+    clip_coef: float,
+) -> dict[str, float]:
+    """K epochs of shuffled minibatch steps on one rollout; the metrics averaged over all of them."""
+    keep = buf.real.flatten()  # drop the autoreset steps: (T*N,) -> (B,) real transitions
+    b_obs = buf.obs.flatten(0, 1)[keep]
+    b_actions = buf.actions.flatten(0, 1)[keep]
+    b_logprobs, b_values = buf.logprobs.flatten()[keep], buf.values.flatten()[keep]
+    b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
+    losses: list[torch.Tensor] = []  # per minibatch: (policy loss, value loss, entropy, grad norm)
+    logratios: list[torch.Tensor] = []  # per minibatch: log pi/pi_old of each sample, for the statistics
+    epochs_done = 0
+    for _epoch in range(args.update_epochs):
+        perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
+        # one gather per epoch; the minibatches are then contiguous slices
+        e_obs, e_actions, e_logprobs = b_obs[perm], b_actions[perm], b_logprobs[perm]
+        e_values, e_advantages, e_returns = b_values[perm], b_advantages[perm], b_returns[perm]
+        stop = False
+        for mb in minibatch_slices(b_obs.shape[0], args.num_minibatches):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(e_obs[mb], e_actions[mb])
+            logratio = newlogprob - e_logprobs[mb]  # log pi(a|s) - log pi_old(a|s)
+            ratio = logratio.exp()
+            kl = kl_k3(logratio)
+            if args.target_kl is not None and kl.mean().item() > args.target_kl:
+                stop = True  # the policy already left the trust region: no further step on this batch
+                break
+            mb_adv = normalize(e_advantages[mb]) if args.norm_adv else e_advantages[mb]
+            pg_loss = policy_loss(ratio, mb_adv, args.objective, clip_coef, kl, kl_beta)
+            v_loss = value_loss(newvalue, e_values[mb], e_returns[mb], clip_coef if args.clip_vloss else None)
+            entropy_loss = entropy.mean()
+            loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            losses.append(torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), grad_norm]))
+            logratios.append(logratio.detach())
+        if stop:
+            break
+        epochs_done += 1
+    # minibatches differ in size by at most one sample, so the mean over all samples is the mean of means
+    pg, v, ent, gn = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * 4
+    logratio = torch.cat(logratios) if logratios else torch.zeros(1)
+    ratio = logratio.exp()
+    metrics = {
+        "losses/policy_loss": pg,
+        "losses/value_loss": v,
+        "losses/entropy": ent,
+        "losses/approx_kl": kl_k3(logratio).mean().item(),
+        "losses/old_approx_kl": (-logratio).mean().item(),
+        "losses/clipfrac": clip_fraction(ratio, clip_coef).item(),
+        "losses/grad_norm": gn,
+        "losses/ratio_max": ratio.max().item(),
+        "losses/ratio_min": ratio.min().item(),
+        "losses/epochs_done": epochs_done,
+        "losses/explained_variance": explained_variance(b_values, b_returns),
+    }
+    if args.objective == "kl-adaptive":  # the adaptive penalty is set by the KL of the whole update
+        with torch.no_grad():
+            _, newlogprob, _, _ = agent.get_action_and_value(b_obs, b_actions)
+            metrics["losses/final_kl"] = kl_k3(newlogprob - b_logprobs).mean().item()
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Logging
+# ---------------------------------------------------------------------------------------------
+
+
+def hyperparameter_table(args: Args) -> str:
+    rows = "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
+    return f"|param|value|\n|-|-|\n{rows}"
+
+
+def log_scalars(writer: SummaryWriter, scalars: dict[str, float], step: int) -> None:
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, step)
+
+
+def write_summary(path: str, global_step: int, returns: list[float], sps: float, wall_time: float) -> dict:
+    recent = returns[-RECENT_EPISODES:]
+    summary = {
+        "global_step": global_step,
+        "episodes": len(returns),
+        "mean_return_last_10": float(np.mean(recent)) if recent else None,
+        "sps": round(sps, 1),
+        "wall_time_s": round(wall_time, 1),
+    }
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Main
+# ---------------------------------------------------------------------------------------------
+
+
+def main(args: Args) -> dict:
+    error = check_args(args)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    random.seed(args.seed)
+    np.random.seed(args.seed)  # noqa: NPY002 (seeds any library that draws from the global RNG)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    print(f"device: {device}, run: runs/{run_name}")
+
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=dataclasses.asdict(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", hyperparameter_table(args))
+
+    envs = make_envs(args, run_name)
+    envs.action_space.seed(args.seed)
+    agent = Agent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
+    buf = Rollout.allocate(envs, args.num_steps, device)
+    obs, _ = envs.reset(seed=args.seed)
+    state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
+
+    kl_beta = args.kl_beta
+    global_step, episode_returns = 0, []
+    start_time = time.time()
+    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", dynamic_ncols=True)
+    for iteration in range(1, args.num_iterations + 1):
+        lr = (
+            linear_schedule(args.learning_rate, iteration, args.num_iterations)
+            if args.anneal_lr
+            else args.learning_rate
+        )
+        optimizer.param_groups[0]["lr"] = lr
+        clip_coef = (
+            linear_schedule(args.clip_coef, iteration, args.num_iterations) if args.anneal_clip else args.clip_coef
+        )
+
+        state, episodes = collect_rollout(envs, agent, buf, state, device)
+        global_step += args.batch_size
+        for ret, length in episodes:
+            episode_returns.append(ret)
+            log_scalars(writer, {"charts/episodic_return": ret, "charts/episodic_length": length}, global_step)
+
+        with torch.no_grad():
+            next_value = agent.get_value(state.obs)
+        advantages, returns = compute_gae(
+            buf.rewards,
+            buf.values,
+            next_value,
+            buf.terminations,
+            buf.truncations,
+            args.gamma,
+            args.gae_lambda,
+            args.bootstrap_truncation,
+        )
+        metrics = update(agent, optimizer, buf, advantages, returns, args, kl_beta, clip_coef)
+        if args.objective == "kl-adaptive":
+            kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
+
+        sps = global_step / (time.time() - start_time)
+        log_scalars(writer, metrics, global_step)
+        log_scalars(
+            writer,
+            {"charts/learning_rate": lr, "charts/clip_coef": clip_coef, "charts/SPS": sps, "charts/kl_beta": kl_beta},
+            global_step,
+        )
+        recent = np.mean(episode_returns[-RECENT_EPISODES:]) if episode_returns else float("nan")
+        progress.update(args.batch_size)
+        progress.set_postfix(sps=f"{sps:.0f}", ret=f"{recent:.1f}")
+    progress.close()
+
+    summary = write_summary(
+        f"runs/{run_name}/summary.json", global_step, episode_returns, sps, time.time() - start_time
+    )
+    print(json.dumps(summary))
+    envs.close()
+    writer.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

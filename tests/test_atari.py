@@ -1,0 +1,203 @@
+"""ppo_atari.py: the wrappers' semantics, short end-to-end runs, and the diff against ppo_continuous.py."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ppo_atari as A
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FakeAle:
+    def __init__(self):
+        self.lives_left = 3
+
+    def lives(self) -> int:
+        return self.lives_left
+
+
+class FakeGame(gym.Env):
+    """A game with 3 lives: every 4th step loses a life, each step scores 4 points (raw), and the
+    game can be cut off by a time limit. Records every action it receives."""
+
+    observation_space = gym.spaces.Box(0, 255, (2,), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def __init__(self, time_limit: int = 1000):
+        self.ale, self.time_limit, self.actions, self.resets = FakeAle(), time_limit, [], 0
+
+    def get_action_meanings(self):
+        return ["NOOP", "FIRE", "RIGHT", "LEFT"]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.ale.lives_left, self.t, self.resets = 3, 0, self.resets + 1
+        return np.zeros(2, np.uint8), {}
+
+    def step(self, action):
+        self.actions.append(int(action))
+        self.t += 1
+        if self.t % 4 == 0:
+            self.ale.lives_left -= 1
+        return np.full(2, self.t, np.uint8), 4.0, self.ale.lives_left == 0, self.t >= self.time_limit, {}
+
+
+def test_life_loss_ends_the_learning_episode_but_not_the_game():
+    game = FakeGame()
+    env = A.EpisodicLife(game)
+    env.reset(seed=0)
+    for _ in range(3):
+        _, _, terminated, truncated, _ = env.step(2)
+        assert not terminated
+    _, _, terminated, truncated, _ = env.step(2)  # the 4th step loses a life
+    assert terminated and not truncated and game.ale.lives() == 2
+    env.reset()
+    assert game.resets == 1  # the game went on: no real reset, only a no-op step
+    assert game.actions[-1] == A.NOOP and game.ale.lives() == 2
+    while not terminated or game.ale.lives() > 0:
+        _, _, terminated, _, _ = env.step(2)
+    env.reset()  # the game is over now: a real reset
+    assert game.resets == 2 and game.ale.lives() == 3
+
+
+def test_time_limit_is_a_truncation_not_a_termination():
+    env = A.EpisodicLife(FakeGame(time_limit=2))
+    env.reset(seed=0)
+    env.step(2)
+    _, _, terminated, truncated, _ = env.step(2)
+    assert truncated and not terminated
+
+
+def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():
+    game = FakeGame()
+    env = A.FireReset(A.EpisodicLife(game))
+    env.reset(seed=0)
+    assert game.actions == [A.FIRE]
+    for _ in range(3):
+        env.step(3)
+    game.actions.clear()
+    env.reset()  # after the life loss: a no-op step, then FIRE
+    assert game.actions == [A.NOOP, A.FIRE]
+
+
+def test_raw_score_is_logged_while_the_agent_learns_from_clipped_rewards():
+    game = FakeGame()
+    env = gym.wrappers.RecordEpisodeStatistics(game)
+    env = A.EpisodicLife(env)
+    env = gym.wrappers.TransformReward(env, np.sign)
+    env.reset(seed=0)
+    clipped, episode = [], None
+    for _ in range(20):
+        _, reward, terminated, truncated, info = env.step(2)
+        clipped.append(reward)
+        if "episode" in info:
+            episode = info["episode"]
+            break
+        if terminated:
+            env.reset()
+    assert set(clipped) == {1.0}
+    # the whole game, all three lives: 12 game steps (two of them the no-op steps that follow a
+    # lost life) of 4 raw points each, while the agent saw +1 per step
+    assert episode["r"] == pytest.approx(4.0 * 12)
+    assert sum(clipped) == 10  # the agent's steps (the no-op steps happen inside reset)
+
+
+def make_real_env(env_id="BreakoutNoFrameskip-v4"):
+    env = A.make_env(env_id, 0, False, "test")()
+    return env
+
+
+def test_breakout_frames_are_stacked_oldest_first():
+    env = make_real_env()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (A.FRAME_STACK, A.SCREEN, A.SCREEN) and obs.dtype == np.uint8
+    for _ in range(5):
+        new, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        assert np.array_equal(new[:-1], obs[1:])  # the window slid by one frame
+        obs = new
+    env.close()
+
+
+def test_breakout_fires_at_reset_and_counts_lives():
+    env = make_real_env()
+    assert isinstance(env.env.env, A.FireReset)
+    env.reset(seed=0)
+    ale = env.unwrapped.ale
+    assert ale.lives() == 5
+    lives_seen = []
+    for _ in range(2000):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            lives_seen.append(ale.lives())
+            if ale.game_over():
+                break
+            env.reset()
+    assert lives_seen[:4] == [4, 3, 2, 1]  # each life loss ended a learning episode, the game went on
+    env.close()
+
+
+def run_script(tmp_path, *flags, timeout=300):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "ppo_atari.py"), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "ALE/Pong-v5"])
+def test_short_run_end_to_end(tmp_path, env_id):
+    proc = run_script(
+        tmp_path,
+        "--env-id",
+        env_id,
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--total-timesteps",
+        "256",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--anneal-clip",
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["global_step"] == 256
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"losses/approx_kl", "losses/clipfrac", "losses/entropy", "charts/SPS", "charts/clip_coef"} <= tags
+    clip = [e.value for e in acc.Scalars("charts/clip_coef")]
+    assert clip == pytest.approx([0.1, 0.05])  # annealed linearly toward zero
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "CartPole-v1", "NoSuchGame-v4"])
+def test_non_atari_ids_are_refused(tmp_path, env_id):
+    proc = run_script(tmp_path, "--env-id", env_id, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(shutil.which("diff") is None, reason="needs diff")
+def test_diff_against_the_continuous_script_stays_within_budget():
+    proc = subprocess.run(
+        ["diff", str(ROOT / "ppo_continuous.py"), str(ROOT / "ppo_atari.py")], capture_output=True, text=True
+    )
+    hunks = [line for line in proc.stdout.splitlines() if line[:1].isdigit()]
+    assert 0 < len(hunks) <= 15

@@ -12,8 +12,10 @@ Sections, in the same order in every script of this repository (diff them to see
 
 import dataclasses
 import json
+import math
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -52,6 +54,16 @@ class Args:
     """the Weights & Biases entity (team)"""
     capture_video: bool = False
     """record videos of the first environment to videos/{run_name}/"""
+    save_every: int = 0
+    """also write the checkpoint every this many iterations (it is always written at the end and on interrupt)"""
+    resume: str | None = None
+    """continue the run saved in this checkpoint, with its Args"""
+    eval_checkpoint: str | None = None
+    """evaluate this checkpoint instead of training"""
+    eval_episodes: int = 10
+    """episodes of the evaluation that ends training (and of --eval-checkpoint); 0 skips it"""
+    eval_stochastic: bool = False
+    """evaluate by sampling actions instead of taking the most likely one"""
 
     env_id: str = "HalfCheetah-v4"
     """any gymnasium id with Box actions: HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4, v5), Pendulum-v1"""
@@ -117,14 +129,17 @@ ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
 CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
+SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
+CHECKPOINT = "checkpoint.pt"
+EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never used
 
 
 def check_args(args: Args) -> str | None:
     """The first problem with the arguments, or None. Checked before anything is written."""
     if args.total_timesteps <= 0:
         return f"--total-timesteps must be positive, got {args.total_timesteps}"
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
-        if getattr(args, name) <= 0:
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "save_every", "eval_episodes"):
+        if getattr(args, name) < (0 if name in ("save_every", "eval_episodes") else 1):
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
     if args.batch_size % args.num_minibatches:
         return (
@@ -199,6 +214,36 @@ def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv
     while not isinstance(envs, kind):
         envs = envs.env
     return envs
+
+
+RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
+
+
+def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
+    """The running statistics of every normalizing wrapper around envs, as tensors (none for Atari)."""
+    state, env = {}, envs
+    while hasattr(env, "env"):
+        for name in RUNNING_STATS:
+            if name in vars(env):
+                rms = vars(env)[name]
+                state |= {f"{name}.mean": torch.as_tensor(rms.mean), f"{name}.var": torch.as_tensor(rms.var)}
+                state[f"{name}.count"] = torch.tensor(float(rms.count))
+        env = env.env
+    return state
+
+
+def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor], frozen: bool) -> None:
+    """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
+    env = envs
+    while hasattr(env, "env"):
+        for name in RUNNING_STATS:
+            if name in vars(env):
+                rms = vars(env)[name]
+                rms.mean = state[f"{name}.mean"].numpy().astype(rms.mean.dtype)
+                rms.var = state[f"{name}.var"].numpy().astype(rms.var.dtype)
+                rms.count = state[f"{name}.count"].item()
+                env.update_running_mean = not frozen
+        env = env.env
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,6 +494,20 @@ def collect_rollout(
     return EnvState(obs, dones[-1]), episodes
 
 
+@torch.no_grad()
+def evaluate(envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device) -> list:
+    """Raw returns of num_episodes whole episodes (whole games on Atari) of the policy."""
+    returns = []
+    torch.manual_seed(seed)  # the same episodes whenever a policy is evaluated
+    obs, _ = envs.reset(seed=seed)
+    while len(returns) < num_episodes:
+        action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device), greedy=greedy)
+        obs, _, _, _, info = envs.step(action.cpu().numpy())
+        if "_episode" in info:
+            returns += [float(r) for r in info["episode"]["r"][info["_episode"]]]
+    return returns[:num_episodes]
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. Update
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +591,7 @@ def update(
 
 
 # ---------------------------------------------------------------------------------------------
-# 7. Logging
+# 7. Logging and checkpoints
 # ---------------------------------------------------------------------------------------------
 
 
@@ -546,12 +605,13 @@ def log_scalars(writer: SummaryWriter, scalars: dict[str, float], step: int) -> 
         writer.add_scalar(tag, value, step)
 
 
-def write_summary(path: str, global_step: int, returns: list[float], sps: float, wall_time: float) -> dict:
-    recent = returns[-RECENT_EPISODES:]
+def write_summary(path: str, progress: dict, sps: float, wall_time: float, evaluation: dict | None) -> dict:
+    recent = progress["recent_returns"]
     summary = {
-        "global_step": global_step,
-        "episodes": len(returns),
+        "global_step": progress["global_step"],
+        "episodes": progress["episodes"],
         "mean_return_last_10": float(np.mean(recent)) if recent else None,
+        "eval_mean_return": evaluation["mean_return"] if evaluation else None,
         "sps": round(sps, 1),
         "wall_time_s": round(wall_time, 1),
     }
@@ -560,17 +620,170 @@ def write_summary(path: str, global_step: int, returns: list[float], sps: float,
     return summary
 
 
+def fail(message: str, code: int = 2) -> None:
+    """Bad input ends the program with one line on stderr, no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def rng_state() -> dict:
+    numpy_state = np.random.get_state()  # noqa: NPY002 (the global RNG is what gets seeded)
+    return {
+        "python": random.getstate(),
+        "numpy": [x.tolist() if isinstance(x, np.ndarray) else x for x in numpy_state],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate((state["python"][0], tuple(state["python"][1]), state["python"][2]))
+    np.random.set_state((state["numpy"][0], np.array(state["numpy"][1], dtype=np.uint32), *state["numpy"][2:]))  # noqa: NPY002
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: gym.vector.VectorEnv, args: Args, progress: dict
+) -> None:
+    """Everything a run needs to go on, written to a temporary file and renamed over path, so a
+    crash while writing leaves the previous checkpoint whole."""
+    state = {
+        "script": SCRIPT_NAME,
+        "spaces": [str(envs.single_observation_space), str(envs.single_action_space)],
+        "args": dataclasses.asdict(args),
+        "agent": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "normalization": normalization_state(envs),
+        "progress": progress,  # global_step, iteration, kl_beta, recent_returns
+        "rng": rng_state(),
+    }
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load_checkpoint(path: str) -> dict:
+    """A checkpoint is data: weights_only refuses anything that would run code while loading."""
+    if not os.path.isfile(path):
+        fail(f"no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated, corrupted, or not a torch file at all
+        fail(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
+        fail(f"{path} was not written by {SCRIPT_NAME}.py")
+    try:
+        ckpt["args"] = Args(**ckpt["args"])
+    except TypeError as e:
+        fail(f"{path} holds Args this version of {SCRIPT_NAME}.py does not know ({e})")
+    return ckpt
+
+
+def restore_agent(
+    ckpt: dict, envs: gym.vector.VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
+) -> None:
+    """Load the saved agent (and optimizer) and normalization, after checking they fit these envs."""
+    spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
+    if ckpt["spaces"] != spaces:
+        fail(f"the checkpoint is for observation/action spaces {ckpt['spaces']}, the environment has {spaces}")
+    try:
+        agent.load_state_dict(ckpt["agent"])
+        if optimizer is not None:
+            optimizer.load_state_dict(ckpt["optimizer"])
+        load_normalization_state(envs, ckpt["normalization"], frozen)
+    except (RuntimeError, KeyError, ValueError) as e:
+        fail(f"the checkpoint does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+
+
+class Interrupts:
+    """SIGINT and SIGTERM ask the training loop to checkpoint and stop after the current
+    iteration; a second signal exits at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self.handle)
+
+    def handle(self, signum: int, frame) -> None:
+        if self.signum is not None:
+            os._exit(128 + signum)
+        self.signum = signum
+        print(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
+
+
+def all_finite(agent: Agent, metrics: dict[str, float]) -> bool:
+    losses = (metrics["losses/policy_loss"], metrics["losses/value_loss"])
+    params = nn.utils.parameters_to_vector(agent.parameters())
+    return all(math.isfinite(x) for x in losses) and bool(torch.isfinite(params).all())
+
+
+def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector.VectorEnv:
+    """One environment whose normalization statistics are the given ones, frozen."""
+    envs = make_envs(dataclasses.replace(args, num_envs=1), f"{run_name}/eval")
+    load_normalization_state(envs, normalization, frozen=True)
+    return envs
+
+
+def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: str, device) -> dict:
+    """Evaluate, print mean +- std of the raw return, and write the figures to path (eval.json)."""
+    returns = evaluate(envs, agent, args.eval_episodes, not args.eval_stochastic, args.seed + EVAL_SEED_OFFSET, device)
+    result = {
+        "episodes": len(returns),
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+        "greedy": not args.eval_stochastic,
+        "returns": returns,
+    }
+    print(f"eval: {result['mean_return']:.1f} +- {result['std_return']:.1f} over {len(returns)} episodes")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
 # ---------------------------------------------------------------------------------------------
 # 8. Main
 # ---------------------------------------------------------------------------------------------
 
 
+def evaluate_checkpoint(args: Args) -> dict:
+    """--eval-checkpoint: the saved policy, with its saved normalization frozen; eval.json beside it."""
+    ckpt = load_checkpoint(args.eval_checkpoint)
+    keep = {k: getattr(args, k) for k in ("eval_episodes", "eval_stochastic", "capture_video", "cuda")}
+    run_args = dataclasses.replace(ckpt["args"], **keep)
+    if run_args.eval_episodes < 1:
+        fail(f"--eval-episodes must be positive, got {run_args.eval_episodes}")
+    device = torch.device("cuda" if torch.cuda.is_available() and run_args.cuda else "cpu")
+    run_dir = os.path.dirname(args.eval_checkpoint) or "."
+    envs = make_eval_envs(run_args, os.path.basename(os.path.abspath(run_dir)), ckpt["normalization"])
+    agent = Agent(envs).to(device)
+    restore_agent(ckpt, envs, agent, None, frozen=True)
+    result = run_evaluation(envs, agent, run_args, os.path.join(run_dir, "eval.json"), device)
+    envs.close()
+    return result
+
+
 def main(args: Args) -> dict:
+    if args.eval_checkpoint:
+        return evaluate_checkpoint(args)
+    ckpt = load_checkpoint(args.resume) if args.resume else None
+    if ckpt:  # the saved run goes on with its own Args
+        args = dataclasses.replace(ckpt["args"], resume=args.resume)
     error = check_args(args)
     if error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        fail(error)
+    if ckpt:
+        run_dir = os.path.dirname(args.resume) or "."
+        run_name = os.path.basename(os.path.abspath(run_dir))
+        progress = ckpt["progress"]
+        if progress["iteration"] >= args.num_iterations:
+            print(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
+            return progress
+    else:
+        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = f"runs/{run_name}"
+        progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
+    checkpoint_path = os.path.join(run_dir, CHECKPOINT)
     random.seed(args.seed)
     np.random.seed(args.seed)  # noqa: NPY002 (seeds any library that draws from the global RNG)
     torch.manual_seed(args.seed)
@@ -578,7 +791,15 @@ def main(args: Args) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(CPU_THREADS)
-    print(f"device: {device}, run: runs/{run_name}")
+
+    envs = make_envs(args, run_name)
+    envs.action_space.seed(args.seed + progress["iteration"])
+    agent = Agent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
+    if ckpt:
+        restore_agent(ckpt, envs, agent, optimizer, frozen=False)
+        set_rng_state(ckpt["rng"])
+    print(f"device: {device}, run: {run_dir}" + (f", resuming at step {progress['global_step']}" if ckpt else ""))
 
     if args.track:
         import wandb
@@ -590,23 +811,20 @@ def main(args: Args) -> dict:
             config=dataclasses.asdict(args),
             name=run_name,
             save_code=True,
+            resume="allow",
         )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text("hyperparameters", hyperparameter_table(args))
-
-    envs = make_envs(args, run_name)
-    envs.action_space.seed(args.seed)
-    agent = Agent(envs).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
+    writer = SummaryWriter(run_dir, purge_step=progress["global_step"] + 1 if ckpt else None)
+    if not ckpt:
+        writer.add_text("hyperparameters", hyperparameter_table(args))
     buf = Rollout.allocate(envs, args.num_steps, device)
-    obs, _ = envs.reset(seed=args.seed)
+    obs, _ = envs.reset(seed=args.seed + progress["iteration"])
     state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
 
-    kl_beta = args.kl_beta
-    global_step, episode_returns = 0, []
-    start_time = time.time()
-    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", dynamic_ncols=True)
-    for iteration in range(1, args.num_iterations + 1):
+    interrupts = Interrupts()
+    start_time, start_step = time.time(), progress["global_step"]
+    bar = tqdm(total=args.num_iterations * args.batch_size, initial=start_step, unit="step", dynamic_ncols=True)
+    for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
+        # schedules: linear decay to zero over training, from where the run stands
         lr = (
             linear_schedule(args.learning_rate, iteration, args.num_iterations)
             if args.anneal_lr
@@ -618,9 +836,8 @@ def main(args: Args) -> dict:
         )
 
         state, episodes = collect_rollout(envs, agent, buf, state, device)
-        global_step += args.batch_size
+        global_step = progress["global_step"] + args.batch_size
         for ret, length in episodes:
-            episode_returns.append(ret)
             log_scalars(writer, {"charts/episodic_return": ret, "charts/episodic_length": length}, global_step)
 
         with torch.no_grad():
@@ -635,25 +852,63 @@ def main(args: Args) -> dict:
             args.gae_lambda,
             args.bootstrap_truncation,
         )
-        metrics = update(agent, optimizer, buf, advantages, returns, args, kl_beta, clip_coef)
+        metrics = update(agent, optimizer, buf, advantages, returns, args, progress["kl_beta"], clip_coef)
+        if not all_finite(agent, metrics):
+            bar.close()
+            saved = (
+                f"the last good checkpoint {checkpoint_path} is untouched"
+                if os.path.exists(checkpoint_path)
+                else "no checkpoint was written"
+            )
+            fail(f"non-finite loss or parameters at iteration {iteration} (step {global_step}); {saved}", code=1)
+        kl_beta = progress["kl_beta"]
         if args.objective == "kl-adaptive":
             kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
+        recent_returns = (progress["recent_returns"] + [ret for ret, _ in episodes])[-RECENT_EPISODES:]
+        progress = {
+            "global_step": global_step,
+            "iteration": iteration,
+            "kl_beta": kl_beta,
+            "episodes": progress["episodes"] + len(episodes),
+            "recent_returns": recent_returns,
+        }
 
-        sps = global_step / (time.time() - start_time)
+        sps = (global_step - start_step) / (time.time() - start_time)
         log_scalars(writer, metrics, global_step)
-        log_scalars(
-            writer,
-            {"charts/learning_rate": lr, "charts/clip_coef": clip_coef, "charts/SPS": sps, "charts/kl_beta": kl_beta},
-            global_step,
-        )
-        recent = np.mean(episode_returns[-RECENT_EPISODES:]) if episode_returns else float("nan")
-        progress.update(args.batch_size)
-        progress.set_postfix(sps=f"{sps:.0f}", ret=f"{recent:.1f}")
-    progress.close()
+        charts = {
+            "charts/learning_rate": lr,
+            "charts/clip_coef": clip_coef,
+            "charts/SPS": sps,
+            "charts/kl_beta": kl_beta,
+        }
+        log_scalars(writer, charts, global_step)
+        bar.update(args.batch_size)
+        bar.set_postfix(sps=f"{sps:.0f}", ret=f"{np.mean(recent_returns) if recent_returns else float('nan'):.1f}")
 
-    summary = write_summary(
-        f"runs/{run_name}/summary.json", global_step, episode_returns, sps, time.time() - start_time
-    )
+        if (
+            interrupts.signum
+            or iteration == args.num_iterations
+            or (args.save_every and iteration % args.save_every == 0)
+        ):
+            save_checkpoint(checkpoint_path, agent, optimizer, envs, args, progress)
+        if interrupts.signum:
+            bar.close()
+            writer.close()
+            envs.close()
+            print(
+                f"saved {checkpoint_path}; resume with: python {SCRIPT_NAME}.py --resume {checkpoint_path}",
+                file=sys.stderr,
+            )
+            sys.exit(128 + interrupts.signum)
+    bar.close()
+
+    evaluation = None
+    if args.eval_episodes:
+        eval_envs = make_eval_envs(args, run_name, normalization_state(envs))
+        evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
+        eval_envs.close()
+        writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
+    summary = write_summary(os.path.join(run_dir, "summary.json"), progress, sps, time.time() - start_time, evaluation)
     print(json.dumps(summary))
     envs.close()
     writer.close()

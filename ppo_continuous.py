@@ -251,6 +251,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.
 # ---------------------------------------------------------------------------------------------
 
 HIDDEN = 64  # units in each of the two hidden layers
+INIT_STD = 0.5  # the policy's starting action std; 1.0 (CleanRL's) flails: see README, "Initial std"
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
 VALUE_HEAD_GAIN = 1.0
@@ -299,7 +300,7 @@ class Agent(nn.Module):
         act_dim = int(np.prod(envs.single_action_space.shape))
         self.critic = MLP(obs_dim, 1, VALUE_HEAD_GAIN)
         self.actor_mean = MLP(obs_dim, act_dim, POLICY_HEAD_GAIN)
-        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))  # std 1 at the start
+        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), float(np.log(INIT_STD))))
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)  # (B, obs_dim) -> (B,)

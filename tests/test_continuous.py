@@ -199,7 +199,7 @@ def test_agent_initialization():
     assert torch.allclose(head @ head.T, 1e-4 * torch.eye(head.shape[0]), atol=1e-7)
     assert agent.critic.head.weight.norm().item() == pytest.approx(1.0, abs=1e-5)  # gain 1, one row
     assert all(layer.bias.abs().sum() == 0 for layer in agent.modules() if isinstance(layer, torch.nn.Linear))
-    assert torch.all(agent.actor_logstd == 0)
+    assert torch.allclose(agent.actor_logstd.exp(), torch.tensor(C.INIT_STD))
     envs.close()
 
 

@@ -127,7 +127,6 @@ class Args:
 
 ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
-CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
 CHECKPOINT = "checkpoint.pt"
@@ -288,6 +287,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.
 
 HIDDEN = 512  # units of the fully connected layer after the convolutions
 PIXEL_MAX = 255.0  # observations are uint8 frames, scaled to [0, 1] inside the network
+CPU_THREADS = os.cpu_count() or 1  # the convolutions use every core
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
 VALUE_HEAD_GAIN = 1.0
@@ -316,16 +316,21 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64 * 7 * 7, HIDDEN)),  # -> (B, 512)
             nn.ReLU(),
         )
+        self.network.to(memory_format=torch.channels_last)  # NHWC convolutions: ~1.5x faster on the CPU
         self.actor = layer_init(nn.Linear(HIDDEN, envs.single_action_space.n), POLICY_HEAD_GAIN)
         self.critic = layer_init(nn.Linear(HIDDEN, 1), VALUE_HEAD_GAIN)
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """(B, 4, 84, 84) uint8 frames -> (B, 512)."""
+        return self.network((obs / PIXEL_MAX).contiguous(memory_format=torch.channels_last))
+
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.network(obs / PIXEL_MAX)).squeeze(-1)  # (B, 4, 84, 84) -> (B,)
+        return self.critic(self.features(obs)).squeeze(-1)  # (B, 4, 84, 84) -> (B,)
 
     def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, greedy: bool = False):
         """Sample an action (or score the given one, or take the likeliest with greedy): the action,
         its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
-        hidden = self.network(obs / PIXEL_MAX)  # (B, 512)
+        hidden = self.features(obs)  # (B, 512)
         log_probs = self.actor(hidden).log_softmax(-1)  # (B, num_actions)
         if action is None:
             action = log_probs.argmax(-1) if greedy else torch.multinomial(log_probs.exp(), 1).squeeze(-1)

@@ -127,7 +127,6 @@ class Args:
 
 ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
-CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
 CHECKPOINT = "checkpoint.pt"
@@ -252,6 +251,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.
 
 HIDDEN = 64  # units in each of the two hidden layers
 INIT_STD = 0.5  # the policy's starting action std; 1.0 (CleanRL's) flails: see README, "Initial std"
+CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
 VALUE_HEAD_GAIN = 1.0

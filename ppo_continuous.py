@@ -803,8 +803,10 @@ def main(args: Args) -> dict:
     print(f"device: {device}, run: {run_dir}" + (f", resuming at step {progress['global_step']}" if ckpt else ""))
 
     if args.track:
-        import wandb
-
+        try:
+            import wandb
+        except ImportError:
+            fail("--track needs Weights & Biases: pip install wandb")
         wandb.init(
             project=args.wandb_project_name,
             entity=args.wandb_entity,

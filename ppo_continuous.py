@@ -137,9 +137,12 @@ def check_args(args: Args) -> str | None:
     """The first problem with the arguments, or None. Checked before anything is written."""
     if args.total_timesteps <= 0:
         return f"--total-timesteps must be positive, got {args.total_timesteps}"
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "save_every", "eval_episodes"):
-        if getattr(args, name) < (0 if name in ("save_every", "eval_episodes") else 1):
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+    for name in ("save_every", "eval_episodes"):
+        if getattr(args, name) < 0:
+            return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
     if args.batch_size % args.num_minibatches:
         return (
             f"--num-minibatches {args.num_minibatches} does not divide the batch of "
@@ -149,6 +152,8 @@ def check_args(args: Args) -> str | None:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
     if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
         return "--learning-rate, --clip-coef and --kl-target must be positive"
+    if args.target_kl is not None and args.target_kl <= 0:
+        return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         return "--gamma and --gae-lambda must lie in [0, 1]"
     return check_env(args.env_id)
@@ -715,8 +720,8 @@ class Interrupts:
 
 def all_finite(agent: Agent, metrics: dict[str, float]) -> bool:
     losses = (metrics["losses/policy_loss"], metrics["losses/value_loss"])
-    params = nn.utils.parameters_to_vector(agent.parameters())
-    return all(math.isfinite(x) for x in losses) and bool(torch.isfinite(params).all())
+    params_finite = torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
+    return all(math.isfinite(x) for x in losses) and bool(params_finite)
 
 
 def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector.VectorEnv:

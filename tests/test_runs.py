@@ -17,15 +17,36 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import ppo_continuous as C
 
 ROOT = Path(__file__).resolve().parent.parent
-PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2",
-            "--eval-episodes", "1"]
-BREAKOUT = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1",
-            "--eval-episodes", "1"]
+PENDULUM = [
+    "--env-id",
+    "Pendulum-v1",
+    "--num-steps",
+    "256",
+    "--num-minibatches",
+    "4",
+    "--update-epochs",
+    "2",
+    "--eval-episodes",
+    "1",
+]
+BREAKOUT = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "32",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
+    "--eval-episodes",
+    "1",
+]
 
 
 def run(tmp_path, script, *flags, timeout=300):
-    return subprocess.run([sys.executable, str(ROOT / script), *flags], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *flags], cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def only_run(tmp_path) -> Path:
@@ -45,8 +66,13 @@ def files(path: Path) -> set[str]:
 
 def interrupt(tmp_path, script, flags, sig) -> subprocess.Popen:
     """Start a run, wait for its first checkpoint, then send it sig."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / script), *flags], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / script), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not list(tmp_path.glob("runs/*/checkpoint.pt")):
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() else "timeout"
@@ -56,10 +82,13 @@ def interrupt(tmp_path, script, flags, sig) -> subprocess.Popen:
     return proc
 
 
-@pytest.mark.parametrize("script, flags, sig, code", [
-    ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "20480"], signal.SIGINT, 130),
-    ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "1280"], signal.SIGTERM, 143),
-])
+@pytest.mark.parametrize(
+    "script, flags, sig, code",
+    [
+        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "20480"], signal.SIGINT, 130),
+        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "1280"], signal.SIGTERM, 143),
+    ],
+)
 def test_interrupted_run_saves_and_resumes_to_the_requested_total(tmp_path, script, flags, sig, code):
     proc = interrupt(tmp_path, script, flags + ["--save-every", "1"], sig)
     assert proc.returncode == code
@@ -135,16 +164,33 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 def test_evaluation_scores_what_training_scored(tmp_path):
     """With a policy that training no longer changes, the evaluation's returns (sampling, as in
     training) and the training's last episodes come from one distribution."""
-    proc = run(tmp_path, "ppo_continuous.py", *PENDULUM[:-2], "--total-timesteps", "4096",
-               "--learning-rate", "1e-9", "--eval-episodes", "10", "--eval-stochastic")
+    proc = run(
+        tmp_path,
+        "ppo_continuous.py",
+        *PENDULUM[:-2],
+        "--total-timesteps",
+        "4096",
+        "--learning-rate",
+        "1e-9",
+        "--eval-episodes",
+        "10",
+        "--eval-stochastic",
+    )
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run(tmp_path)
     train = [v for _, v in scalars(run_dir)["charts/episodic_return"]][-10:]
     evaluation = json.loads((run_dir / "eval.json").read_text())
     noise = np.sqrt((np.var(train) + evaluation["std_return"] ** 2) / 10)
     assert abs(evaluation["mean_return"] - np.mean(train)) < 4 * noise
-    again = run(tmp_path, "ppo_continuous.py", "--eval-checkpoint", str(run_dir / "checkpoint.pt"),
-                "--eval-episodes", "10", "--eval-stochastic")
+    again = run(
+        tmp_path,
+        "ppo_continuous.py",
+        "--eval-checkpoint",
+        str(run_dir / "checkpoint.pt"),
+        "--eval-episodes",
+        "10",
+        "--eval-stochastic",
+    )
     assert again.returncode == 0, again.stderr
     assert json.loads((run_dir / "eval.json").read_text())["mean_return"] == pytest.approx(evaluation["mean_return"])
     assert "+-" in again.stdout
@@ -163,13 +209,16 @@ def other_shapes(ckpt_path: Path, out: Path) -> None:
     torch.save(ckpt, out)
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("missing", "no checkpoint"),
-    ("truncated", "not a readable checkpoint"),
-    ("garbage", "not a readable checkpoint"),
-    ("other_script", "not written by ppo_atari.py"),
-    ("other_shapes", "spaces"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("missing", "no checkpoint"),
+        ("truncated", "not a readable checkpoint"),
+        ("garbage", "not a readable checkpoint"),
+        ("other_script", "not written by ppo_atari.py"),
+        ("other_shapes", "spaces"),
+    ],
+)
 @pytest.mark.parametrize("mode", ["--resume", "--eval-checkpoint"])
 def test_bad_checkpoints_are_refused_with_one_line(tmp_path, kind, message, mode):
     good = make_checkpoint(tmp_path)
@@ -203,8 +252,17 @@ def test_checkpoints_never_run_code(tmp_path):
 
 
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
-    proc = run(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "2560", "--save-every", "1",
-               "--learning-rate", "1e38")
+    proc = run(
+        tmp_path,
+        "ppo_continuous.py",
+        *PENDULUM,
+        "--total-timesteps",
+        "2560",
+        "--save-every",
+        "1",
+        "--learning-rate",
+        "1e38",
+    )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("error: non-finite") and "Traceback" not in proc.stderr
@@ -214,11 +272,14 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
         assert all(torch.isfinite(v).all() for v in ckpt["agent"].values())
 
 
-@pytest.mark.parametrize("script, flags", [
-    ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "1024"]),
-    ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "128"]),
-    ("ppo_gridworld.py", ["--num-iterations", "5"]),
-])
+@pytest.mark.parametrize(
+    "script, flags",
+    [
+        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "1024"]),
+        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "128"]),
+        ("ppo_gridworld.py", ["--num-iterations", "5"]),
+    ],
+)
 def test_same_seed_same_scalars(tmp_path, script, flags):
     results = []
     for attempt in range(2):

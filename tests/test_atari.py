@@ -170,6 +170,8 @@ def test_short_run_end_to_end(tmp_path, env_id):
         "--update-epochs",
         "1",
         "--anneal-clip",
+        "--eval-episodes",
+        "0",  # evaluation is tested in test_runs.py
     )
     assert proc.returncode == 0, proc.stderr
     (run,) = (tmp_path / "runs").iterdir()

@@ -196,10 +196,12 @@ def test_evaluation_scores_what_training_scored(tmp_path):
     assert "+-" in again.stdout
 
 
-def make_checkpoint(tmp_path) -> Path:
-    proc = run(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "256", "--eval-episodes", "0")
+@pytest.fixture(scope="module")
+def good_checkpoint(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("good")
+    proc = run(folder, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "256", "--eval-episodes", "0")
     assert proc.returncode == 0, proc.stderr
-    return only_run(tmp_path) / "checkpoint.pt"
+    return only_run(folder) / "checkpoint.pt"
 
 
 def other_shapes(ckpt_path: Path, out: Path) -> None:
@@ -220,8 +222,8 @@ def other_shapes(ckpt_path: Path, out: Path) -> None:
     ],
 )
 @pytest.mark.parametrize("mode", ["--resume", "--eval-checkpoint"])
-def test_bad_checkpoints_are_refused_with_one_line(tmp_path, kind, message, mode):
-    good = make_checkpoint(tmp_path)
+def test_bad_checkpoints_are_refused_with_one_line(tmp_path, good_checkpoint, kind, message, mode):
+    good = good_checkpoint
     bad = tmp_path / "bad.pt"
     script = "ppo_atari.py" if kind == "other_script" else "ppo_continuous.py"
     if kind == "truncated":

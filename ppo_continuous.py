@@ -769,9 +769,8 @@ def evaluate_checkpoint(args: Args) -> dict:
     return result
 
 
-def main(args: Args) -> dict:
-    if args.eval_checkpoint:
-        return evaluate_checkpoint(args)
+def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
+    """A new run, or the one saved in --resume: its Args, checkpoint, folder and progress."""
     ckpt = load_checkpoint(args.resume) if args.resume else None
     if ckpt:  # the saved run goes on with its own Args
         args = dataclasses.replace(ckpt["args"], resume=args.resume)
@@ -779,17 +778,14 @@ def main(args: Args) -> dict:
     if error:
         fail(error)
     if ckpt:
-        run_dir = os.path.dirname(args.resume) or "."
-        run_name = os.path.basename(os.path.abspath(run_dir))
-        progress = ckpt["progress"]
-        if progress["iteration"] >= args.num_iterations:
-            print(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
-            return progress
-    else:
-        run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-        progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
-    checkpoint_path = os.path.join(run_dir, CHECKPOINT)
+        return args, ckpt, os.path.dirname(args.resume) or ".", ckpt["progress"]
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
+    return args, None, f"runs/{run_name}", progress
+
+
+def seed_everything(args: Args) -> torch.device:
+    """Seed every RNG and pick the device (CUDA when available and wanted)."""
     random.seed(args.seed)
     np.random.seed(args.seed)  # noqa: NPY002 (seeds any library that draws from the global RNG)
     torch.manual_seed(args.seed)
@@ -797,16 +793,12 @@ def main(args: Args) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(CPU_THREADS)
+    return device
 
-    envs = make_envs(args, run_name)
-    envs.action_space.seed(args.seed + progress["iteration"])
-    agent = Agent(envs).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
-    if ckpt:
-        restore_agent(ckpt, envs, agent, optimizer, frozen=False)
-        set_rng_state(ckpt["rng"])
-    print(f"device: {device}, run: {run_dir}" + (f", resuming at step {progress['global_step']}" if ckpt else ""))
 
+def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter:
+    """TensorBoard (and Weights & Biases with --track); a resumed run drops what was logged after its checkpoint."""
+    run_name = os.path.basename(os.path.abspath(run_dir))
     if args.track:
         try:
             import wandb
@@ -821,9 +813,30 @@ def main(args: Args) -> dict:
             save_code=True,
             resume="allow",
         )
-    writer = SummaryWriter(run_dir, purge_step=progress["global_step"] + 1 if ckpt else None)
-    if not ckpt:
+    writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)
+    if resumed_at is None:
         writer.add_text("hyperparameters", hyperparameter_table(args))
+    return writer
+
+
+def main(args: Args) -> dict:
+    if args.eval_checkpoint:
+        return evaluate_checkpoint(args)
+    args, ckpt, run_dir, progress = start_run(args)
+    if progress["iteration"] >= args.num_iterations:
+        print(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
+        return progress
+    run_name, checkpoint_path = os.path.basename(os.path.abspath(run_dir)), os.path.join(run_dir, CHECKPOINT)
+    device = seed_everything(args)
+    envs = make_envs(args, run_name)
+    envs.action_space.seed(args.seed + progress["iteration"])
+    agent = Agent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
+    if ckpt:
+        restore_agent(ckpt, envs, agent, optimizer, frozen=False)
+        set_rng_state(ckpt["rng"])
+    print(f"device: {device}, run: {run_dir}" + (f", resuming at step {progress['global_step']}" if ckpt else ""))
+    writer = open_writer(args, run_dir, progress["global_step"] if ckpt else None)
     buf = Rollout.allocate(envs, args.num_steps, device)
     obs, _ = envs.reset(seed=args.seed + progress["iteration"])
     state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))

@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--tag", default="charts/episodic_return")
     parser.add_argument("--out", default="curves.png")
     parser.add_argument("--title", default=None)
-    parser.add_argument("--hline", type=float, action="append", default=[], help="reference level(s) to draw")
+    parser.add_argument("--hline", action="append", default=[], help="a reference level to draw, VALUE or VALUE:LABEL")
     args = parser.parse_args()
     curves = [load_curve(r, args.tag) for r in args.runs]
     end = min(steps[-1] for steps, _ in curves)
@@ -42,8 +42,9 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(grid, ys.mean(0), label=f"mean of {len(curves)} runs")
     ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25, label="min to max")
-    for level in args.hline:
-        ax.axhline(level, color="gray", linestyle="--", linewidth=1)
+    for i, spec in enumerate(args.hline):
+        value, _, label = spec.partition(":")
+        ax.axhline(float(value), color=f"C{i + 1}", linestyle="--", linewidth=1, label=label or None)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(args.tag)
     ax.set_title(args.title or args.runs[0].split("/")[-1].split("__")[0])

@@ -64,8 +64,9 @@ def phase_times(m, args, iterations: int) -> dict[str, float]:
         t1 = time.perf_counter()
         with torch.no_grad():
             next_value = agent.get_value(state.obs)
-        adv, ret = m.compute_gae(buf.rewards, buf.values, next_value, buf.terminations, buf.truncations,
-                                 args.gamma, args.gae_lambda)
+        adv, ret = m.compute_gae(
+            buf.rewards, buf.values, next_value, buf.terminations, buf.truncations, args.gamma, args.gae_lambda
+        )
         t2 = time.perf_counter()
         m.update(agent, optimizer, buf, adv, ret, args, args.kl_beta, args.clip_coef)
         t3 = time.perf_counter()
@@ -112,14 +113,19 @@ def main() -> None:
     m = load_script(script)
     defaults = m.Args()
     steps = args.iterations * defaults.batch_size
-    print(f"{args.script}, {defaults.env_id}: {args.iterations} iterations of {defaults.batch_size} steps, "
-          f"torch {torch.__version__}, {os.cpu_count()} cores")
+    print(
+        f"{args.script}, {defaults.env_id}: {args.iterations} iterations of {defaults.batch_size} steps, "
+        f"torch {torch.__version__}, {os.cpu_count()} cores"
+    )
     sps = whole_runs(script, steps, args.runs, args.script_args)
     print(f"training SPS: median {np.median(sps):.0f} over {args.runs} runs ({', '.join(f'{x:.0f}' for x in sps)})")
     phases = phase_times(m, defaults, min(args.iterations, 5))
     total = sum(phases.values())
-    print("one iteration: " + ", ".join(f"{k} {v:.3f} s ({v / total:.0%})" for k, v in phases.items())
-          + f"; {defaults.batch_size / total:.0f} SPS")
+    print(
+        "one iteration: "
+        + ", ".join(f"{k} {v:.3f} s ({v / total:.0%})" for k, v in phases.items())
+        + f"; {defaults.batch_size / total:.0f} SPS"
+    )
     wrapped, bare = ceiling(m, defaults, steps)
     print(f"ceiling, random actions: {wrapped:.0f} SPS through the script's wrappers, {bare:.0f} SPS bare env")
 

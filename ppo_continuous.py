@@ -118,10 +118,12 @@ class Args:
 
     @property
     def minibatch_size(self) -> int:
+        """samples per minibatch (one fewer in some when autoreset steps were dropped)"""
         return self.batch_size // self.num_minibatches
 
     @property
     def num_iterations(self) -> int:
+        """rollout-and-update iterations (the remainder of total_timesteps is not run)"""
         return self.total_timesteps // self.batch_size
 
 
@@ -501,7 +503,9 @@ def collect_rollout(
 
 
 @torch.no_grad()
-def evaluate(envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device) -> list:
+def evaluate(
+    envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
+) -> list[float]:
     """Raw returns of num_episodes whole episodes (whole games on Atari) of the policy."""
     returns = []
     torch.manual_seed(seed)  # the same episodes whenever a policy is evaluated
@@ -602,7 +606,12 @@ def update(
 
 
 def hyperparameter_table(args: Args) -> str:
-    rows = "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
+    derived = {
+        "batch_size": args.batch_size,
+        "minibatch_size": args.minibatch_size,
+        "num_iterations": args.num_iterations,
+    }
+    rows = "\n".join(f"|{k}|{v}|" for k, v in (dataclasses.asdict(args) | derived).items())
     return f"|param|value|\n|-|-|\n{rows}"
 
 
@@ -731,7 +740,7 @@ def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector
     return envs
 
 
-def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: str, device) -> dict:
+def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: str, device: torch.device) -> dict:
     """Evaluate, print mean +- std of the raw return, and write the figures to path (eval.json)."""
     returns = evaluate(envs, agent, args.eval_episodes, not args.eval_stochastic, args.seed + EVAL_SEED_OFFSET, device)
     result = {

@@ -40,7 +40,7 @@ def main() -> None:
     grid = np.linspace(max(steps[0] for steps, _ in curves), end, GRID_POINTS)
     ys = np.stack([np.interp(grid, steps, values) for steps, values in curves])
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(grid, ys.mean(0), label=f"mean of {len(curves)} runs")
+    ax.plot(grid, ys.mean(0), label=f"mean of {len(curves)} runs" if len(curves) > 1 else "one run")
     ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25, label="min to max")
     for i, spec in enumerate(args.hline):
         value, _, label = spec.partition(":")

@@ -203,3 +203,30 @@ def test_diff_against_the_continuous_script_stays_within_budget():
     )
     hunks = [line for line in proc.stdout.splitlines() if line[:1].isdigit()]
     assert 0 < len(hunks) <= 15
+
+
+def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path):
+    proc = run_script(
+        tmp_path,
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--total-timesteps",
+        "128",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--eval-episodes",
+        "0",
+        "--capture-video",
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_name = only_run_name(tmp_path)
+    assert list((tmp_path / "videos" / run_name).glob("*.mp4"))
+
+
+def only_run_name(tmp_path) -> str:
+    (run,) = (tmp_path / "runs").iterdir()
+    return run.name

@@ -41,7 +41,8 @@ def main() -> None:
     ys = np.stack([np.interp(grid, steps, values) for steps, values in curves])
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(grid, ys.mean(0), label=f"mean of {len(curves)} runs" if len(curves) > 1 else "one run")
-    ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25, label="min to max")
+    if len(curves) > 1:
+        ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25, label="min to max")
     for i, spec in enumerate(args.hline):
         value, _, label = spec.partition(":")
         ax.axhline(float(value), color=f"C{i + 1}", linestyle="--", linewidth=1, label=label or None)

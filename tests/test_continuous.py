@@ -1,5 +1,6 @@
 """ppo_continuous.py: the pure functions, time-limit bootstrapping, an end-to-end run, bad input."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -311,4 +312,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, messag
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_track_without_wandb_is_one_line(tmp_path):
+    proc = run_script(tmp_path, "--env-id", "Pendulum-v1", "--track", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --track needs Weights & Biases: pip install wandb"]
     assert not (tmp_path / "runs").exists()

@@ -292,3 +292,39 @@ def test_same_seed_same_scalars(tmp_path, script, flags):
         s = scalars(only_run(folder))
         results.append({tag: values for tag, values in s.items() if tag != "charts/SPS"})
     assert results[0] == results[1]
+
+
+def test_a_second_interrupt_quits_at_once(tmp_path):
+    flags = [
+        "--env-id",
+        "Pendulum-v1",
+        "--num-steps",
+        "4096",
+        "--num-minibatches",
+        "4",
+        "--update-epochs",
+        "2",
+        "--total-timesteps",
+        "40960",
+        "--save-every",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "ppo_continuous.py"), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("runs/*/checkpoint.pt")):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    saved = next(tmp_path.glob("runs/*/checkpoint.pt")).stat().st_mtime_ns
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # within the same (seconds-long) iteration
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    assert "resume with:" not in proc.stderr.read()  # it did not wait to save
+    assert next(tmp_path.glob("runs/*/checkpoint.pt")).stat().st_mtime_ns == saved

@@ -74,10 +74,12 @@ class Args:
 
     @property
     def batch_size(self) -> int:
+        """transitions per rollout"""
         return self.num_envs * self.num_steps
 
     @property
     def minibatch_size(self) -> int:
+        """samples per minibatch"""
         return self.batch_size // self.num_minibatches
 
 
@@ -504,7 +506,8 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
 
 
 def hyperparameter_table(args: Args) -> str:
-    rows = "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
+    derived = {"batch_size": args.batch_size, "minibatch_size": args.minibatch_size}
+    rows = "\n".join(f"|{k}|{v}|" for k, v in (dataclasses.asdict(args) | derived).items())
     return f"|param|value|\n|-|-|\n{rows}"
 
 

@@ -321,3 +321,18 @@ def test_track_without_wandb_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --track needs Weights & Biases: pip install wandb"]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Hopper-v4", "Walker2d-v5", "Ant-v4", "Humanoid-v5"])
+def test_mujoco_ids_in_v4_and_v5_run_a_rollout(env_id):
+    args = C.Args(env_id=env_id, num_envs=2, num_steps=8, num_minibatches=2, total_timesteps=16)
+    assert C.check_args(args) is None
+    envs = C.make_envs(args, "test")
+    agent = C.Agent(envs)
+    buf = C.Rollout.allocate(envs, args.num_steps, torch.device("cpu"))
+    obs, _ = envs.reset(seed=0)
+    C.collect_rollout(
+        envs, agent, buf, C.EnvState(torch.as_tensor(obs), torch.zeros(2, dtype=torch.bool)), torch.device("cpu")
+    )
+    assert buf.obs.shape == (8, 2, *envs.single_observation_space.shape) and torch.isfinite(buf.obs).all()
+    envs.close()

@@ -907,6 +907,7 @@ def main(args: Args) -> dict:
         metrics = update(agent, optimizer, buf, advantages, returns, args, progress["kl_beta"], clip_coef)
         if not all_finite(agent, metrics):
             bar.close()
+            writer.close()  # keep everything logged up to the fault
             saved = (
                 f"the last good checkpoint {checkpoint_path} is untouched"
                 if os.path.exists(checkpoint_path)

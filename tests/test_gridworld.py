@@ -176,6 +176,16 @@ def test_environment_truncates_after_the_time_limit(monkeypatch):
     assert state[0] == G.START  # reset in the same step; the final cell is returned apart
 
 
+def run_script(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "ppo_gridworld.py"), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 # --- learning, end to end ----------------------------------------------------------------------
 
 
@@ -204,13 +214,7 @@ def test_ablation_shows_what_the_clip_is_for():
 
 
 def test_script_writes_summary_and_tensorboard(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "ppo_gridworld.py"), "--num-iterations", "3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_script(tmp_path, "--num-iterations", "3")
     assert proc.returncode == 0, proc.stderr
     (run,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run / "summary.json").read_text())
@@ -219,13 +223,7 @@ def test_script_writes_summary_and_tensorboard(tmp_path):
 
 
 def test_surrogate_study_writes_table_and_plot(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "ppo_gridworld.py"), "--surrogate-study"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_script(tmp_path, "--surrogate-study")
     assert proc.returncode == 0, proc.stderr
     (run,) = (tmp_path / "runs").iterdir()
     rows = json.loads((run / "surrogate_study.json").read_text())["rows"]
@@ -239,13 +237,7 @@ def test_surrogate_study_writes_table_and_plot(tmp_path):
     "flags", [["--num-minibatches", "3"], ["--num-envs", "0"], ["--gamma", "1.5"], ["--ablation", "--surrogate-study"]]
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, flags):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "ppo_gridworld.py"), *flags],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_script(tmp_path, *flags)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()

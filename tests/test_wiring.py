@@ -1,0 +1,440 @@
+"""ppo_continuous.py's main, run in-process: what each flag and each wire (environment chain ->
+rollout -> GAE -> update -> logs) does, by its effect. Spies record what the real functions were
+given; nothing is stubbed out."""
+
+import dataclasses
+import json
+import sys
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import only_run, scalars, spy
+
+import ppo_atari as A
+import ppo_continuous as C
+
+# Pendulum truncates every episode at 200 steps: with 200-step rollouts the first rollout ends on a
+# time limit, and the next one starts with an autoreset step.
+PENDULUM = dict(
+    env_id="Pendulum-v1",
+    num_envs=2,
+    num_steps=200,
+    num_minibatches=4,
+    update_epochs=2,
+    total_timesteps=1200,
+    eval_episodes=0,
+)
+
+
+def run_main(tmp_path, monkeypatch, module=C, **overrides):
+    monkeypatch.chdir(tmp_path)
+    args = module.Args(**(PENDULUM | overrides))
+    return module.main(args), args
+
+
+class Wire:
+    """Spies on one run's rollout, GAE and update, keeping copies of what passed between them."""
+
+    def __init__(self, monkeypatch):
+        self.rollouts, self.gae, self.updates, self.saves = [], [], [], []
+
+        def after_rollout(result, envs, agent, buf, state, device):
+            new_state, episodes = result
+            with torch.no_grad():
+                tail_value = agent.get_value(new_state.obs)
+            copy = {k: v.clone() for k, v in dataclasses.asdict(buf).items()}
+            self.rollouts.append({"buf": copy, "tail_value": tail_value, "start_done": state.done.clone()})
+            self.rollouts[-1]["episodes"] = episodes
+
+        def before_update(agent, optimizer, buf, advantages, returns, args, kl_beta, clip_coef):
+            self.updates.append(
+                {
+                    "advantages": advantages.clone(),
+                    "returns": returns.clone(),
+                    "args": args,
+                    "kl_beta": kl_beta,
+                    "clip_coef": clip_coef,
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "adam_eps": optimizer.defaults["eps"],
+                    "params": [p.detach().clone() for p in agent.parameters()],
+                }
+            )
+
+        def after_save(result, path, agent, optimizer, envs, args, progress):
+            self.saves.append(dict(progress))
+
+        spy(monkeypatch, C, "collect_rollout", after=after_rollout)
+        self.gae = spy(monkeypatch, C, "compute_gae")
+        spy(monkeypatch, C, "update", before=before_update)
+        spy(monkeypatch, C, "save_checkpoint", after=after_save)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"gamma": 0.8, "gae_lambda": 0.5}, {"bootstrap_truncation": False}],
+    ids=["defaults", "gamma-lambda", "no-bootstrap-truncation"],
+)
+def test_rollout_feeds_gae_feeds_update(tmp_path, monkeypatch, overrides):
+    wire = Wire(monkeypatch)
+    _, args = run_main(tmp_path, monkeypatch, **overrides)
+    assert len(wire.rollouts) == len(wire.updates) == args.num_iterations == 3
+    for i, (rollout, update) in enumerate(zip(wire.rollouts, wire.updates)):
+        buf = rollout["buf"]
+        # the rollout's own tensors, the critic's value of the observation after its last step
+        # (the tail bootstrap), and the run's gamma, lambda and truncation handling reach GAE ...
+        expected = C.compute_gae(
+            buf["rewards"],
+            buf["values"],
+            rollout["tail_value"],
+            buf["terminations"],
+            buf["truncations"],
+            args.gamma,
+            args.gae_lambda,
+            args.bootstrap_truncation,
+        )
+        # ... and what GAE gives reaches the update, advantages and returns in their places
+        assert torch.allclose(update["advantages"], expected[0], atol=1e-6)
+        assert torch.allclose(update["returns"], expected[1], atol=1e-6)
+        assert update["args"] == args
+        # the step after a done is an autoreset step, also across the rollout boundary
+        dones = buf["terminations"] | buf["truncations"]
+        before = wire.rollouts[i - 1]["buf"] if i else None
+        previous_done = before["terminations"][-1] | before["truncations"][-1] if i else torch.zeros(2, dtype=bool)
+        assert torch.equal(rollout["start_done"], previous_done)
+        assert torch.equal(buf["real"], ~torch.cat([previous_done[None], dones[:-1]]))
+    # the first rollout ends on Pendulum's time limit, so the second starts with an autoreset step
+    assert wire.rollouts[0]["buf"]["truncations"][-1].all() and not wire.rollouts[1]["buf"]["real"][0].any()
+
+
+def test_the_truncated_tail_bootstraps_unless_told_not_to(tmp_path, monkeypatch):
+    """The effect of --bootstrap-truncation on what the update sees at the time limit."""
+    advantages = {}
+    for flag in (True, False):
+        folder = tmp_path / str(flag)
+        folder.mkdir()
+        wire = Wire(monkeypatch)
+        run_main(folder, monkeypatch, bootstrap_truncation=flag, total_timesteps=400)
+        buf, tail = wire.rollouts[0]["buf"], wire.rollouts[0]["tail_value"]
+        delta_cut = buf["rewards"][-1] - buf["values"][-1]  # the time limit treated as the end
+        advantages[flag] = (wire.updates[0]["advantages"][-1], delta_cut, tail)
+    adv, delta_cut, tail = advantages[True]
+    assert torch.allclose(adv, delta_cut + 0.99 * tail, atol=1e-5)
+    adv, delta_cut, _ = advantages[False]
+    assert torch.allclose(adv, delta_cut, atol=1e-6)
+
+
+def test_schedules_reach_the_optimizer_and_the_update(tmp_path, monkeypatch):
+    wire = Wire(monkeypatch)
+    _, args = run_main(tmp_path, monkeypatch, anneal_clip=True, learning_rate=1e-3, clip_coef=0.3)
+    n = args.num_iterations
+    assert [u["lr"] for u in wire.updates] == pytest.approx([1e-3 * (1 - i / n) for i in range(n)])
+    assert [u["clip_coef"] for u in wire.updates] == pytest.approx([0.3 * (1 - i / n) for i in range(n)])
+    assert all(u["adam_eps"] == C.ADAM_EPS for u in wire.updates)
+    logged = scalars(only_run(tmp_path))
+    assert [v for _, v in logged["charts/learning_rate"]] == pytest.approx([u["lr"] for u in wire.updates])
+    assert [v for _, v in logged["charts/clip_coef"]] == pytest.approx([u["clip_coef"] for u in wire.updates])
+
+
+def test_no_anneal_lr_keeps_the_rate_and_clip_stays_fixed_by_default(tmp_path, monkeypatch):
+    wire = Wire(monkeypatch)
+    run_main(tmp_path, monkeypatch, anneal_lr=False, learning_rate=5e-4)
+    assert [u["lr"] for u in wire.updates] == [5e-4] * 3
+    assert [u["clip_coef"] for u in wire.updates] == [0.2] * 3
+
+
+def test_kl_adaptive_beta_follows_the_measured_kl_and_reaches_the_next_update(tmp_path, monkeypatch):
+    wire = Wire(monkeypatch)
+    _, args = run_main(tmp_path, monkeypatch, objective="kl-adaptive", kl_beta=3.0, kl_target=0.003)
+    logged = scalars(only_run(tmp_path))
+    final_kl = [v for _, v in logged["losses/final_kl"]]
+    betas = [v for _, v in logged["charts/kl_beta"]]
+    beta = 3.0
+    for i, update in enumerate(wire.updates):
+        assert update["kl_beta"] == pytest.approx(beta)  # the update penalizes with the current beta
+        beta = C.adapt_kl_beta(beta, final_kl[i], 0.003)
+        assert betas[i] == pytest.approx(beta)
+    assert len(set(betas)) > 1  # it did adapt
+    ckpt = torch.load(only_run(tmp_path) / C.CHECKPOINT, weights_only=True)
+    assert ckpt["progress"]["kl_beta"] == pytest.approx(beta)
+
+
+def test_kl_fixed_keeps_beta(tmp_path, monkeypatch):
+    wire = Wire(monkeypatch)
+    run_main(tmp_path, monkeypatch, objective="kl-fixed", kl_beta=0.7)
+    assert [u["kl_beta"] for u in wire.updates] == [0.7] * 3
+
+
+def test_save_every_writes_the_checkpoint_at_its_multiples_and_at_the_end(tmp_path, monkeypatch):
+    wire = Wire(monkeypatch)
+    run_main(tmp_path, monkeypatch, save_every=2, total_timesteps=2000)  # 5 iterations
+    assert [s["iteration"] for s in wire.saves] == [2, 4, 5]
+    folder = tmp_path / "never"
+    folder.mkdir()
+    wire = Wire(monkeypatch)
+    run_main(folder, monkeypatch, save_every=0)
+    assert [s["iteration"] for s in wire.saves] == [3]
+
+
+def test_sizes_follow_num_envs_num_steps_and_total_timesteps(tmp_path, monkeypatch):
+    wire = Wire(monkeypatch)
+    summary, args = run_main(tmp_path, monkeypatch, num_envs=3, num_steps=100, total_timesteps=700)
+    assert args.num_iterations == 2 and summary["global_step"] == 600
+    assert wire.rollouts[0]["buf"]["obs"].shape == (100, 3, 3)
+    logged = scalars(only_run(tmp_path))
+    assert [s for s, _ in logged["charts/SPS"]] == [300, 600]
+
+
+def test_exp_name_names_the_run_folder(tmp_path, monkeypatch):
+    run_main(tmp_path, monkeypatch, exp_name="my-ablation", seed=7, total_timesteps=400)
+    assert only_run(tmp_path).name.startswith("Pendulum-v1__my-ablation__7__")
+
+
+# --- seeds -------------------------------------------------------------------------------------
+
+
+class ResetSeeds(gym.Wrapper):
+    """Records every seed an environment is reset with, and its first raw observation."""
+
+    log: list = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        ResetSeeds.log.append((kwargs.get("seed"), obs.copy()))
+        return obs, info
+
+
+@pytest.fixture
+def reset_log(monkeypatch):
+    real = C.make_env
+    monkeypatch.setattr(C, "make_env", lambda *a: lambda: ResetSeeds(real(*a)()))
+    ResetSeeds.log = []
+    return ResetSeeds.log
+
+
+def seeded_run(tmp_path, monkeypatch, seed):
+    folder = tmp_path / f"seed{seed}_{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    wire = Wire(monkeypatch)
+    ResetSeeds.log.clear()
+    run_main(folder, monkeypatch, seed=seed, total_timesteps=400)
+    first_obs = [obs for s, obs in ResetSeeds.log if s is not None]
+    return {
+        "reset_seeds": [s for s, _ in ResetSeeds.log if s is not None],
+        "first_obs": np.stack(first_obs),
+        "init_params": torch.cat([p.flatten() for p in wire.updates[0]["params"]]),
+        "actions": wire.rollouts[0]["buf"]["actions"],
+        "final": torch.load(only_run(folder) / C.CHECKPOINT, weights_only=True)["agent"],
+    }
+
+
+def test_same_seed_same_run_different_seed_different_run(tmp_path, monkeypatch, reset_log):
+    a, b, c = (seeded_run(tmp_path, monkeypatch, s) for s in (1, 1, 2))
+    assert a["reset_seeds"] == [1, 2] and c["reset_seeds"] == [2, 3]  # envs seeded apart, from --seed
+    assert not np.allclose(a["first_obs"][0], a["first_obs"][1])
+    for key in ("first_obs", "init_params", "actions"):
+        assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+        assert not np.allclose(np.asarray(a[key]), np.asarray(c[key])), key  # env, torch and sampling seeds
+    assert all(torch.equal(a["final"][k], b["final"][k]) for k in a["final"])
+
+
+def test_cuda_and_determinism_flags(monkeypatch):
+    args = C.Args(torch_deterministic=False, cuda=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert C.seed_everything(args).type == "cuda"
+    assert torch.backends.cudnn.deterministic is False
+    assert C.seed_everything(dataclasses.replace(args, cuda=False, torch_deterministic=True)).type == "cpu"
+    assert torch.backends.cudnn.deterministic is True
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert C.seed_everything(args).type == "cpu"
+
+
+def test_track_passes_the_project_and_entity_to_wandb(tmp_path, monkeypatch):
+    calls = []
+    fake = types.SimpleNamespace(init=lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    args = C.Args(track=True, wandb_project_name="proj", wandb_entity="team")
+    writer = C.open_writer(args, str(tmp_path / "run"), None)
+    writer.close()
+    (call,) = calls
+    assert call["project"] == "proj" and call["entity"] == "team" and call["sync_tensorboard"]
+    assert call["config"]["seed"] == args.seed and call["name"] == "run"
+
+
+def test_capture_video_wraps_the_first_environment_only():
+    first = C.make_env("HalfCheetah-v4", 0, True, "run")()
+    second = C.make_env("HalfCheetah-v4", 1, True, "run")()
+    plain = C.make_env("HalfCheetah-v4", 0, False, "run")()
+    assert isinstance(first, gym.wrappers.RecordVideo) and first.video_folder.endswith("videos/run")
+    assert not isinstance(second, gym.wrappers.RecordVideo) and not isinstance(plain, gym.wrappers.RecordVideo)
+    for env in (first, second, plain):
+        env.close()
+
+
+# --- the environment chain ---------------------------------------------------------------------
+
+
+class Scripted(gym.Env):
+    """A 2-d observation and 1-d action env: reward 1000 per step, 5-step episodes, an observation
+    that spikes to 1e6 once, at the SPIKE-th step taken by any copy; records every action it receives."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    actions: list = []
+    SPIKE = 300
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.normal(size=2), {}
+
+    def step(self, action):
+        Scripted.actions.append(np.array(action))
+        self.t += 1
+        obs = np.full(2, 1e6) if len(Scripted.actions) == Scripted.SPIKE else self.np_random.normal(size=2)
+        return obs, 1000.0, self.t == 5, False, {}
+
+
+@pytest.fixture
+def scripted_envs(monkeypatch):
+    monkeypatch.setattr(C, "make_env", lambda *a: lambda: Scripted())
+    Scripted.actions = []
+    envs = C.make_envs(C.Args(num_envs=2), "test")
+    yield envs
+    envs.close()
+
+
+def test_chain_clips_actions_and_observations_scales_rewards_and_records_raw_returns(scripted_envs):
+    envs = scripted_envs
+    envs.reset(seed=0)
+    seen_obs, seen_rewards, episodes = [], [], []
+    for _ in range(Scripted.SPIKE):
+        obs, reward, _, _, info = envs.step(np.array([[5.0], [-0.5]], dtype=np.float32))
+        seen_obs.append(obs)
+        seen_rewards.append(reward)
+        if "_episode" in info:
+            episodes += list(info["episode"]["r"][info["_episode"]])
+    assert all(a[0] == 1.0 for a in Scripted.actions[::2])  # 5.0 reached the env clipped to the bound
+    assert all(a[0] == -0.5 for a in Scripted.actions[1::2])
+    obs = np.stack(seen_obs)
+    assert np.abs(obs).max() == C.OBS_CLIP  # the spike, 17 std out, hit the clip and went no further
+    rewards = np.stack(seen_rewards)
+    assert np.abs(rewards).max() <= C.REWARD_CLIP and rewards.max() < 100  # scaled, not raw 1000s
+    assert episodes and all(r == 5000.0 for r in episodes)  # the episode statistics keep raw returns
+    reward_wrapper = C.find_wrapper(envs, gym.wrappers.vector.NormalizeReward)
+    assert reward_wrapper.return_rms.count > 1  # the reward statistics are being learned
+
+
+def test_reward_scaling_discounts_with_the_runs_gamma(monkeypatch):
+    monkeypatch.setattr(C, "make_env", lambda *a: lambda: Scripted())
+    envs = C.make_envs(C.Args(num_envs=1, gamma=0.5), "test")
+    assert C.find_wrapper(envs, gym.wrappers.vector.NormalizeReward).gamma == 0.5
+    envs.close()
+
+
+class VectorRecorder(gym.vector.VectorWrapper):
+    """Records what passes through the outermost vector env: each action in, each result out."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = []
+
+    def step(self, actions):
+        result = self.env.step(actions)
+        self.steps.append((np.array(actions), *[np.array(x) for x in result[:4]], result[4]))
+        return result
+
+
+def test_rollout_stores_each_observation_with_the_action_taken_on_it_and_its_outcome():
+    args = C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=250)
+    envs = VectorRecorder(C.make_envs(args, "test"))
+    torch.manual_seed(0)
+    agent = C.Agent(envs)
+    buf = C.Rollout.allocate(envs, args.num_steps, torch.device("cpu"))
+    obs, _ = envs.reset(seed=0)
+    done = torch.tensor([True, False])  # env 0's previous step ended an episode
+    state, episodes = C.collect_rollout(envs, agent, buf, C.EnvState(torch.as_tensor(obs), done), torch.device("cpu"))
+    assert torch.equal(buf.obs[0], torch.as_tensor(obs))
+    for t, (action, next_obs, reward, terminated, truncated, _) in enumerate(envs.steps):
+        assert torch.equal(buf.actions[t], torch.as_tensor(action))  # the sample, before ClipAction
+        assert torch.allclose(buf.rewards[t], torch.as_tensor(reward, dtype=torch.float32))
+        assert torch.equal(buf.terminations[t], torch.as_tensor(terminated))
+        assert torch.equal(buf.truncations[t], torch.as_tensor(truncated))
+        if t + 1 < args.num_steps:
+            assert torch.equal(buf.obs[t + 1], torch.as_tensor(next_obs))
+    assert torch.equal(state.obs, torch.as_tensor(envs.steps[-1][1]))
+    with torch.no_grad():
+        _, logprob, _, value = agent.get_action_and_value(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1))
+    assert torch.allclose(buf.logprobs.flatten(), logprob, atol=1e-5)
+    assert torch.allclose(buf.values.flatten(), value, atol=1e-5)
+    # the mask: env 0's first step resets; each env's step after its truncation at 200 resets
+    assert buf.real[:, 0].tolist() == [False] + [True] * 199 + [False] + [True] * 49
+    assert buf.real[:, 1].tolist() == [True] * 200 + [False] + [True] * 49
+    assert not state.done.any()
+    lengths = [length for _, length in episodes]
+    assert lengths == [200, 200] or lengths == [199, 200]  # one per env, raw returns and lengths
+    envs.close()
+
+
+# --- bad input: every check, its own case ------------------------------------------------------
+
+BAD = [
+    ({"total_timesteps": 0}, "--total-timesteps must be positive"),
+    ({"num_envs": 0}, "--num-envs must be positive"),
+    ({"num_steps": 0}, "--num-steps must be positive"),
+    ({"num_minibatches": 0}, "--num-minibatches must be positive"),
+    ({"update_epochs": 0}, "--update-epochs must be positive"),
+    ({"save_every": -1}, "--save-every must not be negative"),
+    ({"eval_episodes": -1}, "--eval-episodes must not be negative"),
+    ({"num_minibatches": 7}, "does not divide"),
+    ({"total_timesteps": 100}, "less than one batch"),
+    ({"learning_rate": 0.0}, "must be positive"),
+    ({"learning_rate": -1e-3}, "must be positive"),
+    ({"clip_coef": 0.0}, "must be positive"),
+    ({"kl_target": 0.0}, "must be positive"),
+    ({"target_kl": 0.0}, "--target-kl must be positive"),
+    ({"target_kl": -0.1}, "--target-kl must be positive"),
+    ({"gamma": 1.5}, "--gamma and --gae-lambda must lie in [0, 1]"),
+    ({"gamma": -0.1}, "--gamma and --gae-lambda must lie in [0, 1]"),
+    ({"gae_lambda": 1.01}, "--gamma and --gae-lambda must lie in [0, 1]"),
+    ({"gae_lambda": -0.5}, "--gamma and --gae-lambda must lie in [0, 1]"),
+]
+
+
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+@pytest.mark.parametrize("overrides, message", BAD, ids=[next(iter(o)) + "=" + str(*o.values()) for o, _ in BAD])
+def test_each_bad_argument_is_one_line_exit_2_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, module, overrides, message
+):  # noqa: E501
+    monkeypatch.chdir(tmp_path)
+    base = {"num_envs": 2, "num_steps": 64, "num_minibatches": 2, "total_timesteps": 256}
+    with pytest.raises(SystemExit) as stop:
+        module.main(module.Args(**(base | overrides)))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_good_arguments_pass_the_checks():
+    assert C.check_args(C.Args(env_id="Pendulum-v1", gamma=1.0, gae_lambda=0.0, target_kl=0.01)) is None
+    assert A.check_args(A.Args(gamma=0.0, gae_lambda=1.0)) is None
+
+
+def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, capsys):
+    run_main(tmp_path, monkeypatch, total_timesteps=400)
+    ckpt = only_run(tmp_path) / C.CHECKPOINT
+    with pytest.raises(SystemExit) as stop:
+        C.main(C.Args(eval_checkpoint=str(ckpt), eval_episodes=0))
+    assert stop.value.code == 2 and "--eval-episodes must be positive" in capsys.readouterr().err
+    assert not (only_run(tmp_path) / "eval.json").exists()
+
+
+def test_summary_reports_the_run(tmp_path, monkeypatch):
+    summary, _ = run_main(tmp_path, monkeypatch, eval_episodes=2)
+    on_disk = json.loads((only_run(tmp_path) / "summary.json").read_text())
+    assert on_disk == summary and summary["global_step"] == 1200 and summary["episodes"] == 4
+    evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())
+    assert evaluation["episodes"] == 2 and summary["eval_mean_return"] == evaluation["mean_return"]

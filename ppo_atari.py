@@ -284,7 +284,16 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.
                 rms.mean = state[f"{name}.mean"].numpy().astype(rms.mean.dtype)
                 rms.var = state[f"{name}.var"].numpy().astype(rms.var.dtype)
                 rms.count = state[f"{name}.count"].item()
-                env.update_running_mean = not frozen
+        env = env.env
+    freeze_normalization(envs, frozen)
+
+
+def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
+    """Stop (or restart) the updates of every normalizing wrapper's running statistics."""
+    env = envs
+    while hasattr(env, "env"):
+        if any(name in vars(env) for name in RUNNING_STATS):
+            env.update_running_mean = not frozen
         env = env.env
 
 
@@ -864,12 +873,13 @@ def main(args: Args) -> dict:
     agent = Agent(envs).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
     if ckpt:
-        restore_agent(ckpt, envs, agent, optimizer, frozen=False)
+        restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # until after the reset: see below
         set_rng_state(ckpt["rng"])
     print(f"device: {device}, run: {run_dir}" + (f", resuming at step {progress['global_step']}" if ckpt else ""))
     writer = open_writer(args, run_dir, progress["global_step"] if ckpt else None)
     buf = Rollout.allocate(envs, args.num_steps, device)
     obs, _ = envs.reset(seed=args.seed + progress["iteration"])
+    freeze_normalization(envs, False)  # a resumed run's statistics hold what the uninterrupted run's held
     state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
 
     interrupts = Interrupts()

@@ -1,5 +1,7 @@
 """ppo_atari.py: the wrappers' semantics, short end-to-end runs, and the diff against ppo_continuous.py."""
 
+import dataclasses
+import inspect
 import json
 import shutil
 import subprocess
@@ -9,8 +11,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import ppo_atari as A
+import ppo_continuous as C
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -230,3 +234,105 @@ def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path):
 def only_run_name(tmp_path) -> str:
     (run,) = (tmp_path / "runs").iterdir()
     return run.name
+
+
+# --- the real wrapper chain --------------------------------------------------------------------
+
+
+def test_learning_sees_sign_clipped_rewards_and_life_losses_while_the_log_gets_the_whole_game():
+    """Space Invaders pays 5 to 30 points an invader and has 3 lives: through make_env the agent sees
+    +1 per scoring step and a termination per lost life, and the episode statistics report the raw
+    score of the whole game once, when the game is over."""
+    env = make_real_env("SpaceInvadersNoFrameskip-v4")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    rewards, terminations, episodes, lives = [], 0, [], []
+    for _ in range(20_000):
+        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        rewards.append(reward)
+        if "episode" in info:
+            episodes.append(info["episode"])
+        if terminated or truncated:
+            terminations += terminated
+            lives.append(env.unwrapped.ale.lives())
+            if env.unwrapped.ale.game_over():
+                break
+            env.reset()
+    assert set(rewards) <= {-1.0, 0.0, 1.0} and sum(rewards) > 0
+    assert terminations == 3 and lives == [2, 1, 0]  # each life lost ended a learning episode
+    (episode,) = episodes  # one record for the whole game, none per life
+    assert episode["r"] >= 5 * sum(rewards)  # the raw score, at least 5 points per scoring step
+    env.close()
+
+
+def test_no_op_starts_begin_games_at_different_frames():
+    env = make_real_env()
+    starts = set()
+    for seed in range(6):
+        env.reset(seed=seed)
+        starts.add(env.unwrapped.ale.getEpisodeFrameNumber())
+    assert len(starts) >= 4  # up to 30 no-ops of 4 frames each, drawn per reset
+    assert max(starts) <= (A.NOOP_MAX + 1) * A.FRAME_SKIP  # the no-ops, then FIRE
+    env.close()
+
+
+def test_the_frame_stack_starts_filled_with_the_reset_frame():
+    env = make_real_env()
+    obs, _ = env.reset(seed=0)
+    assert obs[0].any() and all(np.array_equal(frame, obs[-1]) for frame in obs)
+    env.close()
+
+
+def test_the_network_sees_pixels_scaled_to_unit_range():
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    agent = A.Agent(envs)
+    seen = []
+    agent.network[0].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
+    obs = np.full((2, A.FRAME_STACK, A.SCREEN, A.SCREEN), 255, dtype=np.uint8)
+    obs[1] = 0
+    agent.get_value(torch.as_tensor(obs))
+    assert seen[0].dtype == torch.float32 and seen[0][0].min() == 1.0 and seen[0][1].max() == 0.0
+    envs.close()
+
+
+def test_the_vector_envs_step_whole_stacks_of_uint8_frames():
+    envs = A.make_envs(A.Args(num_envs=2), "test")
+    obs, _ = envs.reset(seed=0)
+    assert obs.shape == (2, A.FRAME_STACK, A.SCREEN, A.SCREEN) and obs.dtype == np.uint8
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    envs.close()
+
+
+# --- the shared part is shared -----------------------------------------------------------------
+
+# Everything else defined in both scripts must be identical, line for line.
+MAY_DIFFER = {"check_env", "make_env", "make_envs", "Agent", "Args"}
+
+
+def defined_in(module) -> dict[str, object]:
+    return {
+        name: obj
+        for name, obj in vars(module).items()
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == module.__name__
+    }
+
+
+def test_every_shared_function_is_identical_in_both_scripts():
+    continuous, atari = defined_in(C), defined_in(A)
+    shared = continuous.keys() & atari.keys()
+    assert {"compute_gae", "update", "collect_rollout", "evaluate", "main", "save_checkpoint"} <= shared
+    for name in sorted(shared - MAY_DIFFER):
+        assert inspect.getsource(continuous[name]) == inspect.getsource(atari[name]), name
+    for name in ("ADAM_EPS", "ADV_EPS", "RECENT_EPISODES", "CHECKPOINT", "EVAL_SEED_OFFSET", "RUNNING_STATS"):
+        assert getattr(C, name) == getattr(A, name), name
+    for name in ("HIDDEN_GAIN", "POLICY_HEAD_GAIN", "VALUE_HEAD_GAIN"):
+        assert getattr(C, name) == getattr(A, name), name
+
+
+def test_both_scripts_take_the_same_flags():
+    continuous = {f.name: f.type for f in dataclasses.fields(C.Args)}
+    atari = {f.name: f.type for f in dataclasses.fields(A.Args)}
+    assert continuous == atari
+    assert {"batch_size", "minibatch_size", "num_iterations"} <= {
+        name for name, value in vars(A.Args).items() if isinstance(value, property)
+    }

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import spy
 
 import ppo_gridworld as G
 
@@ -241,3 +242,249 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, flags):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+# --- the policy gradient, every objective -----------------------------------------------------
+
+
+def surrogate_objective(z, pi_old, states, actions, logp_old, adv, objective, clip_coef, kl_beta, ent_coef):
+    """The objective to maximize, written out from its definition, as a function of the logits z."""
+    pi = G.softmax(z)
+    ratio = pi[states, actions] / np.exp(logp_old)
+    if objective == "clip":
+        value = np.mean(np.minimum(ratio * adv, np.clip(ratio, 1 - clip_coef, 1 + clip_coef) * adv))
+    else:
+        value = np.mean(ratio * adv)
+    if objective in ("kl-adaptive", "kl-fixed"):
+        value -= kl_beta * np.mean(G.kl_divergence(pi_old[states], pi[states]))
+    return value + ent_coef * np.mean(G.entropy(pi[states]))
+
+
+@pytest.mark.parametrize("ent_coef", [0.0, 0.3])
+@pytest.mark.parametrize("objective", ["clip", "kl-adaptive", "kl-fixed", "none"])
+def test_policy_gradient_matches_finite_differences(objective, ent_coef):
+    rng = np.random.default_rng(3)
+    z_old = rng.normal(size=(G.NUM_STATES, G.NUM_ACTIONS))
+    z = z_old + rng.normal(scale=0.3, size=z_old.shape)  # some ratios outside the clip range
+    pi_old = G.softmax(z_old)
+    states = rng.integers(G.NUM_STATES, size=40)
+    actions = rng.integers(G.NUM_ACTIONS, size=40)
+    logp_old = np.log(pi_old[states, actions])
+    adv = rng.normal(size=40)
+    fixed = (pi_old, states, actions, logp_old, adv, objective, 0.2, 2.0, ent_coef)
+    grad, logratio = G.policy_gradient(
+        G.softmax(z), pi_old, states, actions, logp_old, adv, objective, 0.2, 2.0, ent_coef
+    )
+    assert logratio == pytest.approx(np.log(G.softmax(z)[states, actions]) - logp_old)
+    h = 1e-6
+    numeric = np.zeros_like(z)
+    for index in np.ndindex(z.shape):
+        e = np.zeros_like(z)
+        e[index] = h
+        numeric[index] = (surrogate_objective(z + e, *fixed) - surrogate_objective(z - e, *fixed)) / (2 * h)
+    assert grad == pytest.approx(numeric, abs=1e-6)
+
+
+def test_the_kl_penalty_and_the_clip_change_the_gradient():
+    rng = np.random.default_rng(4)
+    z_old = rng.normal(size=(G.NUM_STATES, G.NUM_ACTIONS))
+    z = z_old + rng.normal(scale=0.5, size=z_old.shape)
+    pi_old = G.softmax(z_old)
+    states, actions = rng.integers(G.NUM_STATES, size=40), rng.integers(G.NUM_ACTIONS, size=40)
+    call = lambda objective: G.policy_gradient(  # noqa: E731
+        G.softmax(z),
+        pi_old,
+        states,
+        actions,
+        np.log(pi_old[states, actions]),
+        rng.normal(size=40),
+        objective,
+        0.2,
+        2.0,
+        0,
+    )[0]
+    rng_state = rng.bit_generator.state
+    grads = {}
+    for objective in ("none", "kl-fixed", "clip"):
+        rng.bit_generator.state = rng_state  # the same advantages for each
+        grads[objective] = call(objective)
+    assert np.abs(grads["kl-fixed"] - grads["none"]).max() > 0.01
+    assert np.abs(grads["clip"] - grads["none"]).max() > 0.01
+
+
+def test_kl_objectives_keep_the_policy_closer_than_none(monkeypatch):
+    metrics = []
+    spy(monkeypatch, G, "update", after=lambda result, *a: metrics.append(result))
+    final_kl = {}
+    for objective in ("none", "kl-fixed"):
+        metrics.clear()
+        G.train(G.Args(objective=objective, kl_beta=20.0, num_iterations=3, update_epochs=10), verbose=False)
+        final_kl[objective] = np.mean([m["losses/final_kl"] for m in metrics])
+    assert final_kl["kl-fixed"] < 0.5 * final_kl["none"]
+
+
+def test_adapt_kl_beta_halves_below_and_doubles_above_the_band():
+    assert G.adapt_kl_beta(1.0, 0.005, 0.01) == 0.5  # below d_targ / 1.5
+    assert G.adapt_kl_beta(1.0, 0.02, 0.01) == 2.0  # above 1.5 d_targ
+    assert G.adapt_kl_beta(1.0, 0.009, 0.01) == 1.0
+    assert G.adapt_kl_beta(1.0, 0.014, 0.01) == 1.0
+
+
+def test_kl_adaptive_training_carries_beta_from_update_to_update(monkeypatch):
+    seen = []
+    real_update = G.update
+
+    def recording(agent, buf, args, kl_beta, rng):
+        metrics = real_update(agent, buf, args, kl_beta, rng)
+        seen.append((kl_beta, metrics["losses/final_kl"]))
+        return metrics
+
+    monkeypatch.setattr(G, "update", recording)
+    G.train(G.Args(objective="kl-adaptive", kl_beta=4.0, num_iterations=6), verbose=False)
+    beta = 4.0
+    for used, kl in seen:
+        assert used == beta
+        beta = G.adapt_kl_beta(beta, kl, 0.01)
+    assert len({used for used, _ in seen}) > 1
+
+
+# --- the natural step --------------------------------------------------------------------------
+
+
+def test_natural_step_moves_along_the_fisher_inverse_gradient_to_the_kl_limit():
+    """For a tiny delta the quadratic model is exact: the step d solves 0.5 d^T F d = delta with the
+    softmax Fisher matrix F = diag(pi) - pi pi^T of each state (built here as a matrix)."""
+    rng = np.random.default_rng(5)
+    z, adv = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
+    delta = 1e-7
+    d = G.natural_step(z, adv, delta) - z
+    pi = G.softmax(z)
+    quadratic = np.mean([0.5 * d[s] @ (np.diag(pi[s]) - np.outer(pi[s], pi[s])) @ d[s] for s in range(5)])
+    assert quadratic == pytest.approx(delta, rel=1e-3)
+    kl = np.mean(G.kl_divergence(pi, G.softmax(z + d)))
+    assert kl == pytest.approx(delta, rel=1e-2)
+    # the direction: F d is the surrogate's gradient pi * (A - E_pi A), up to one positive factor
+    gradient = pi * (adv - (pi * adv).sum(-1, keepdims=True))
+    fd = np.stack([(np.diag(pi[s]) - np.outer(pi[s], pi[s])) @ d[s] for s in range(5)])
+    factor = fd.ravel() @ gradient.ravel() / (gradient.ravel() @ gradient.ravel())
+    assert factor > 0 and fd == pytest.approx(factor * gradient, abs=1e-12)
+
+
+def test_natural_step_line_search_keeps_a_large_step_within_the_limit():
+    rng = np.random.default_rng(6)
+    z, adv = rng.normal(size=(5, 4)), 5 * rng.normal(size=(5, 4))
+    for delta in (0.05, 0.5):
+        kl = np.mean(G.kl_divergence(G.softmax(z), G.softmax(G.natural_step(z, adv, delta))))
+        assert delta / 4 < kl <= delta
+
+
+# --- environment and rollout -------------------------------------------------------------------
+
+
+def test_the_graders_dynamics_are_the_environments():
+    """Every (cell, action) of the model P, R against 20,000 real steps of GridEnvs."""
+    P, R = G.dynamics()
+    rng = np.random.default_rng(0)
+    n = 20_000
+    envs = G.GridEnvs(n, rng)
+    for s in np.flatnonzero(~G.TERMINAL):
+        for a in range(G.NUM_ACTIONS):
+            envs.state[:], envs.t[:] = s, 0
+            _, reward, _, _, final_state, _ = envs.step(np.full(n, a))
+            empirical = np.bincount(final_state, minlength=G.NUM_STATES) / n
+            assert empirical == pytest.approx(P[s, a], abs=0.012), (s, a)
+            assert reward.mean() == pytest.approx(R[s, a], abs=0.02), (s, a)
+    assert P[G.START].max() < 1.0  # the slip is in both
+
+
+def test_truncated_steps_bootstrap_from_the_final_cell_at_collection(monkeypatch):
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    agent = G.Agent.uniform()
+    agent.logits[:, 2] = 50.0  # always down: from the start cell to the bottom-left corner, then the wall
+    agent.values = np.arange(G.NUM_STATES, dtype=float)  # a distinct value per cell
+    envs = G.GridEnvs(1, np.random.default_rng(0))
+    buf, _, _ = G.collect_rollout(envs, agent, envs.state.copy(), G.MAX_EPISODE_STEPS + 2, np.random.default_rng(1))
+    t = G.MAX_EPISODE_STEPS - 1
+    corner = (G.HEIGHT - 1) * G.WIDTH
+    assert buf.truncations[t, 0] and not buf.terminations[t, 0]
+    assert buf.next_values[t, 0] == corner  # V(final cell), not V(start) where the env was reset
+    assert buf.states[t + 1, 0] == G.START
+    adv, _ = G.compute_gae(buf.rewards, buf.values, buf.next_values, buf.terminations, buf.truncations, 0.9, 0.95)
+    assert adv[t, 0] == pytest.approx(0.9 * corner - corner)
+
+
+def test_rollout_samples_actions_from_the_policy():
+    agent = G.Agent.uniform()
+    agent.logits[G.START] = np.log([0.1, 0.2, 0.3, 0.4])
+    envs = G.GridEnvs(4000, np.random.default_rng(0))
+    buf, _, _ = G.collect_rollout(envs, agent, envs.state.copy(), 1, np.random.default_rng(1))
+    freq = np.bincount(buf.actions[0], minlength=4) / 4000
+    assert freq == pytest.approx([0.1, 0.2, 0.3, 0.4], abs=0.02)
+    assert buf.logprobs[0] == pytest.approx(np.log([0.1, 0.2, 0.3, 0.4])[buf.actions[0]])
+
+
+# --- the update --------------------------------------------------------------------------------
+
+
+def test_update_stops_at_target_kl_and_moves_the_critic_toward_the_targets():
+    rng = np.random.default_rng(0)
+    agent = G.Agent.uniform(0.05)
+    envs = G.GridEnvs(16, rng)
+    buf, _, _ = G.collect_rollout(envs, agent, envs.state.copy(), 32, rng)
+    _, returns = G.compute_gae(buf.rewards, buf.values, buf.next_values, buf.terminations, buf.truncations, 0.9, 0.95)
+    before = np.abs(agent.values[buf.states] - returns).mean()
+    metrics = G.update(agent, buf, G.Args(update_epochs=8), 1.0, rng)
+    assert metrics["losses/epochs_done"] == 8
+    assert np.abs(agent.values[buf.states] - returns).mean() < 0.5 * before
+    stopped = G.Agent.uniform(0.05)
+    metrics = G.update(stopped, buf, G.Args(update_epochs=8, target_kl=1e-6), 1.0, rng)
+    assert metrics["losses/epochs_done"] == 0
+
+
+def test_advantage_normalization_flag_changes_the_update():
+    rng = np.random.default_rng(0)
+    envs = G.GridEnvs(16, rng)
+    buf, _, _ = G.collect_rollout(envs, G.Agent.uniform(), envs.state.copy(), 32, rng)
+    logits = {}
+    for norm_adv in (True, False):
+        agent = G.Agent.uniform(0.05)
+        G.update(agent, buf, G.Args(norm_adv=norm_adv, update_epochs=1), 1.0, np.random.default_rng(1))
+        logits[norm_adv] = agent.logits
+    assert np.abs(logits[True] - logits[False]).max() > 1e-3
+
+
+def test_seeds_make_runs_differ_and_repeat():
+    a = G.train(G.Args(seed=1, num_iterations=3), verbose=False)[1]
+    b = G.train(G.Args(seed=1, num_iterations=3), verbose=False)[1]
+    c = G.train(G.Args(seed=2, num_iterations=3), verbose=False)[1]
+    assert a == b and a["true_return"] != c["true_return"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_envs": 0}, "--num-envs must be positive"),
+        ({"num_steps": 0}, "--num-steps must be positive"),
+        ({"num_iterations": 0}, "--num-iterations must be positive"),
+        ({"update_epochs": 0}, "--update-epochs must be positive"),
+        ({"num_minibatches": 0}, "--num-minibatches must be positive"),
+        ({"num_minibatches": 3}, "does not divide"),
+        ({"learning_rate": 0.0}, "must be positive"),
+        ({"critic_learning_rate": -1.0}, "must be positive"),
+        ({"clip_coef": 0.0}, "must be positive"),
+        ({"kl_target": 0.0}, "must be positive"),
+        ({"gamma": 1.0}, "--gamma must lie in [0, 1)"),
+        ({"gamma": -0.1}, "--gamma must lie in [0, 1)"),
+        ({"gae_lambda": 1.5}, "--gae-lambda in [0, 1]"),
+        ({"gae_lambda": -0.1}, "--gae-lambda in [0, 1]"),
+        ({"ablation": True, "surrogate_study": True}, "choose one"),
+    ],
+)
+def test_each_bad_argument_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys, overrides, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        G.main(G.Args(**overrides))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    assert list(tmp_path.iterdir()) == []

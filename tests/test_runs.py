@@ -120,25 +120,6 @@ def test_interrupted_run_saves_and_resumes_to_the_requested_total(tmp_path, scri
     assert again.returncode == 0 and "already finished" in again.stdout
 
 
-def test_resume_restores_normalization_statistics_and_optimizer(tmp_path):
-    proc = run(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "1024")
-    assert proc.returncode == 0, proc.stderr
-    ckpt = C.load_checkpoint(str(only_run(tmp_path) / "checkpoint.pt"))
-    assert ckpt["normalization"]["obs_rms.count"].item() > 1024  # updated on every observation
-    envs = C.make_envs(ckpt["args"], "test")
-    agent = C.Agent(envs)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=1.0)
-    C.restore_agent(ckpt, envs, agent, optimizer, frozen=False)
-    restored = C.normalization_state(envs)
-    assert restored.keys() == ckpt["normalization"].keys()
-    for key, value in ckpt["normalization"].items():
-        assert torch.allclose(restored[key].double(), value.double())
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 / 4)  # the schedule's last value
-    for key, value in ckpt["agent"].items():
-        assert torch.equal(agent.state_dict()[key], value)
-    envs.close()
-
-
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     """A crash while writing leaves the previous checkpoint intact."""
     proc = run(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "512")

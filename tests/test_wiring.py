@@ -339,7 +339,12 @@ class VectorRecorder(gym.vector.VectorWrapper):
 
     def __init__(self, env):
         super().__init__(env)
-        self.steps = []
+        self.steps, self.resets = [], []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.resets.append(np.array(obs))
+        return obs, info
 
     def step(self, actions):
         result = self.env.step(actions)

@@ -85,7 +85,7 @@ class Args:
     """weight of the entropy bonus (the paper's Atari c2)"""
 
     anneal_lr: bool = True
-    """decay the learning rate linearly to zero over training"""
+    """decay the learning rate linearly: --learning-rate at the first iteration, 1/num_iterations of it at the last"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -105,7 +105,7 @@ class Args:
     max_grad_norm: float = 0.5
     """clip the global gradient norm to this value"""
     anneal_clip: bool = False
-    """decay the clip range linearly to zero over training, as the PPO paper did on Atari"""
+    """decay the clip range as the learning rate, as the PPO paper did on Atari"""
     target_kl: float | None = None
     """stop the epochs of an update as soon as a minibatch's approx KL exceeds this"""
     bootstrap_truncation: bool = True
@@ -170,7 +170,7 @@ NOOP_MAX = 30  # up to 30 no-op actions at reset, so that games start in differe
 FRAME_SKIP = 4  # repeat each action for 4 frames, max-pooling the last two (Atari flickers)
 SCREEN = 84  # frames are resized to 84x84 grayscale
 FRAME_STACK = 4  # the agent sees the last 4 frames
-NOOP, FIRE = 0, 1  # action indices in every ALE action set
+NOOP, FIRE, SECOND_START_ACTION = 0, 1, 2  # action indices in every ALE action set that has FIRE
 ENV_KWARGS: dict = {"frameskip": 1}  # AtariPreprocessing skips frames itself (max-pooling the last two)
 
 
@@ -202,13 +202,15 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """Press FIRE after every reset, in games that wait for it (Breakout's ball, for one)."""
+    """Press FIRE after every reset, in games that wait for it (Breakout's ball, for one), then action 2
+    (as OpenAI baselines and CleanRL do: some games need a second input to start)."""
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(FIRE)
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
+        for action in (FIRE, SECOND_START_ACTION):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
         return obs, info
 
 
@@ -303,7 +305,18 @@ def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
 
 HIDDEN = 512  # units of the fully connected layer after the convolutions
 PIXEL_MAX = 255.0  # observations are uint8 frames, scaled to [0, 1] inside the network
-CPU_THREADS = os.cpu_count() or 1  # the convolutions use every core
+
+
+def usable_cores() -> int:
+    """OMP_NUM_THREADS when it is set, else the cores this process may run on: a container's or a
+    CPU-limited job's share, not the host's count, so several runs side by side do not oversubscribe."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        return int(threads)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+CPU_THREADS = usable_cores()  # the convolutions use every core this process may use
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
 VALUE_HEAD_GAIN = 1.0
@@ -509,7 +522,7 @@ def collect_rollout(
     envs: gym.vector.VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
 ) -> tuple[EnvState, list[tuple[float, int]]]:
     """Run the policy for T steps in every env, filling buf. Returns the new state and the
-    finished episodes' raw (return, length)."""
+    finished episodes' raw (return, length, rollout step at which each ended)."""
     num_steps = buf.obs.shape[0]
     rewards = np.zeros((num_steps, envs.num_envs), dtype=np.float32)  # env outputs stay in NumPy
     terminations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # until the rollout ends:
@@ -523,7 +536,7 @@ def collect_rollout(
         obs = torch.as_tensor(next_obs, device=device)
         if "_episode" in info:
             for i in np.flatnonzero(info["_episode"]):
-                episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i])))
+                episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i]), step))
     buf.rewards.copy_(torch.from_numpy(rewards))
     buf.terminations.copy_(torch.from_numpy(terminations))
     buf.truncations.copy_(torch.from_numpy(truncations))
@@ -886,7 +899,7 @@ def main(args: Args) -> dict:
     start_time, start_step = time.time(), progress["global_step"]
     bar = tqdm(total=args.num_iterations * args.batch_size, initial=start_step, unit="step", dynamic_ncols=True)
     for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
-        # schedules: linear decay to zero over training, from where the run stands
+        # schedules: linear decay toward zero (the last iteration runs at 1/num_iterations of the start)
         lr = (
             linear_schedule(args.learning_rate, iteration, args.num_iterations)
             if args.anneal_lr
@@ -899,8 +912,9 @@ def main(args: Args) -> dict:
 
         state, episodes = collect_rollout(envs, agent, buf, state, device)
         global_step = progress["global_step"] + args.batch_size
-        for ret, length in episodes:
-            log_scalars(writer, {"charts/episodic_return": ret, "charts/episodic_length": length}, global_step)
+        for ret, length, step in episodes:  # at the global step where each episode ended
+            episode = {"charts/episodic_return": ret, "charts/episodic_length": length}
+            log_scalars(writer, episode, progress["global_step"] + (step + 1) * args.num_envs)
 
         with torch.no_grad():
             next_value = agent.get_value(state.obs)
@@ -927,7 +941,7 @@ def main(args: Args) -> dict:
         kl_beta = progress["kl_beta"]
         if args.objective == "kl-adaptive":
             kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
-        recent_returns = (progress["recent_returns"] + [ret for ret, _ in episodes])[-RECENT_EPISODES:]
+        recent_returns = (progress["recent_returns"] + [ret for ret, _, _ in episodes])[-RECENT_EPISODES:]
         progress = {
             "global_step": global_step,
             "iteration": iteration,

@@ -85,7 +85,7 @@ class Args:
     """weight of the entropy bonus (none in the paper's MuJoCo runs)"""
 
     anneal_lr: bool = True
-    """decay the learning rate linearly to zero over training"""
+    """decay the learning rate linearly: --learning-rate at the first iteration, 1/num_iterations of it at the last"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -105,7 +105,7 @@ class Args:
     max_grad_norm: float = 0.5
     """clip the global gradient norm to this value"""
     anneal_clip: bool = False
-    """decay the clip range linearly to zero over training, as the PPO paper did on Atari"""
+    """decay the clip range as the learning rate, as the PPO paper did on Atari"""
     target_kl: float | None = None
     """stop the epochs of an update as soon as a minibatch's approx KL exceeds this"""
     bootstrap_truncation: bool = True
@@ -487,7 +487,7 @@ def collect_rollout(
     envs: gym.vector.VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
 ) -> tuple[EnvState, list[tuple[float, int]]]:
     """Run the policy for T steps in every env, filling buf. Returns the new state and the
-    finished episodes' raw (return, length)."""
+    finished episodes' raw (return, length, rollout step at which each ended)."""
     num_steps = buf.obs.shape[0]
     rewards = np.zeros((num_steps, envs.num_envs), dtype=np.float32)  # env outputs stay in NumPy
     terminations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # until the rollout ends:
@@ -501,7 +501,7 @@ def collect_rollout(
         obs = torch.as_tensor(next_obs, device=device)
         if "_episode" in info:
             for i in np.flatnonzero(info["_episode"]):
-                episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i])))
+                episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i]), step))
     buf.rewards.copy_(torch.from_numpy(rewards))
     buf.terminations.copy_(torch.from_numpy(terminations))
     buf.truncations.copy_(torch.from_numpy(truncations))
@@ -864,7 +864,7 @@ def main(args: Args) -> dict:
     start_time, start_step = time.time(), progress["global_step"]
     bar = tqdm(total=args.num_iterations * args.batch_size, initial=start_step, unit="step", dynamic_ncols=True)
     for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
-        # schedules: linear decay to zero over training, from where the run stands
+        # schedules: linear decay toward zero (the last iteration runs at 1/num_iterations of the start)
         lr = (
             linear_schedule(args.learning_rate, iteration, args.num_iterations)
             if args.anneal_lr
@@ -877,8 +877,9 @@ def main(args: Args) -> dict:
 
         state, episodes = collect_rollout(envs, agent, buf, state, device)
         global_step = progress["global_step"] + args.batch_size
-        for ret, length in episodes:
-            log_scalars(writer, {"charts/episodic_return": ret, "charts/episodic_length": length}, global_step)
+        for ret, length, step in episodes:  # at the global step where each episode ended
+            episode = {"charts/episodic_return": ret, "charts/episodic_length": length}
+            log_scalars(writer, episode, progress["global_step"] + (step + 1) * args.num_envs)
 
         with torch.no_grad():
             next_value = agent.get_value(state.obs)
@@ -905,7 +906,7 @@ def main(args: Args) -> dict:
         kl_beta = progress["kl_beta"]
         if args.objective == "kl-adaptive":
             kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
-        recent_returns = (progress["recent_returns"] + [ret for ret, _ in episodes])[-RECENT_EPISODES:]
+        recent_returns = (progress["recent_returns"] + [ret for ret, _, _ in episodes])[-RECENT_EPISODES:]
         progress = {
             "global_step": global_step,
             "iteration": iteration,

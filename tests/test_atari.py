@@ -83,12 +83,13 @@ def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():
     game = FakeGame()
     env = A.FireReset(A.EpisodicLife(game))
     env.reset(seed=0)
-    assert game.actions == [A.FIRE]
-    for _ in range(3):
-        env.step(3)
+    assert game.actions == [A.FIRE, A.SECOND_START_ACTION]
+    env.step(3)
+    _, _, terminated, _, _ = env.step(3)  # the game's 4th step loses a life
+    assert terminated
     game.actions.clear()
-    env.reset()  # after the life loss: a no-op step, then FIRE
-    assert game.actions == [A.NOOP, A.FIRE]
+    env.reset()  # after the life loss: a no-op step, then FIRE and action 2
+    assert game.actions == [A.NOOP, A.FIRE, A.SECOND_START_ACTION]
 
 
 def test_raw_score_is_logged_while_the_agent_learns_from_clipped_rewards():
@@ -127,6 +128,17 @@ def test_breakout_frames_are_stacked_oldest_first():
         assert np.array_equal(new[:-1], obs[1:])  # the window slid by one frame
         obs = new
     env.close()
+
+
+def test_threads_follow_omp_num_threads_or_the_cores_this_process_may_use(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert A.usable_cores() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(A.os, "sched_getaffinity", lambda pid: {0, 5}, raising=False)
+    monkeypatch.setattr(A.os, "cpu_count", lambda: 64)
+    assert A.usable_cores() == 2  # not the host's 64
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")  # not a count: ignored
+    assert A.usable_cores() == 2
 
 
 def test_breakout_fires_at_reset_and_counts_lives():

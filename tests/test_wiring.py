@@ -187,6 +187,15 @@ def test_sizes_follow_num_envs_num_steps_and_total_timesteps(tmp_path, monkeypat
     assert [s for s, _ in logged["charts/SPS"]] == [300, 600]
 
 
+def test_episodes_are_logged_at_the_step_where_they_ended(tmp_path, monkeypatch):
+    run_main(tmp_path, monkeypatch, num_steps=250, total_timesteps=1000)
+    logged = scalars(only_run(tmp_path))
+    # both envs end their first episode on rollout step 199 (global step 200 x 2 envs = 400); after
+    # the autoreset step, the second ends on rollout 2's step 150: 500 + 151 x 2 = 802
+    assert [s for s, _ in logged["charts/episodic_return"]] == [400, 400, 802, 802]
+    assert [s for s, _ in logged["charts/episodic_length"]] == [400, 400, 802, 802]
+
+
 def test_exp_name_names_the_run_folder(tmp_path, monkeypatch):
     run_main(tmp_path, monkeypatch, exp_name="my-ablation", seed=7, total_timesteps=400)
     assert only_run(tmp_path).name.startswith("Pendulum-v1__my-ablation__7__")
@@ -378,8 +387,9 @@ def test_rollout_stores_each_observation_with_the_action_taken_on_it_and_its_out
     assert buf.real[:, 0].tolist() == [False] + [True] * 199 + [False] + [True] * 49
     assert buf.real[:, 1].tolist() == [True] * 200 + [False] + [True] * 49
     assert not state.done.any()
-    lengths = [length for _, length in episodes]
-    assert lengths == [200, 200] or lengths == [199, 200]  # one per env, raw returns and lengths
+    assert [(length, step) for _, length, step in episodes] == [(200, 199), (200, 199)]  # one per env
+    returns = [ret for ret, _, _ in episodes]
+    assert returns == [envs.steps[199][5]["episode"]["r"][i] for i in range(2)]  # raw returns
     envs.close()
 
 

@@ -18,11 +18,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import tyro
-from torch.utils.tensorboard import SummaryWriter
+
+if TYPE_CHECKING:  # the algorithm needs NumPy alone; torch only for TensorBoard, imported in main
+    from torch.utils.tensorboard import SummaryWriter
 
 # ---------------------------------------------------------------------------------------------
 # 1. Args
@@ -213,11 +215,6 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-def log_softmax(z: np.ndarray) -> np.ndarray:
-    shifted = z - z.max(-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-
-
 def entropy(pi: np.ndarray) -> np.ndarray:
     return -(pi * np.log(np.clip(pi, 1e-300, None))).sum(-1)
 
@@ -307,12 +304,12 @@ def ppo_clip_loss(logp_new: np.ndarray, logp_old: np.ndarray, adv: np.ndarray, e
 
 
 def ppo_value_loss(
-    v_new: np.ndarray, v_old: np.ndarray, returns: np.ndarray, clip: float | None = None
+    v_new: np.ndarray, returns: np.ndarray, v_old: np.ndarray | None = None, clip: float | None = None
 ) -> tuple[float, np.ndarray]:
     """0.5 * mean((V - R)^2), or with clip the larger of that and the error of V kept within clip of
-    V_old; returns the loss and its gradient in v_new."""
+    v_old (the values at collection); returns the loss and its gradient in v_new."""
     err = v_new - returns
-    if clip is None:
+    if clip is None or v_old is None:
         return float(0.5 * np.mean(err**2)), err / len(err)
     v_clipped = v_old + np.clip(v_new - v_old, -clip, clip)
     err_clipped = v_clipped - returns
@@ -474,7 +471,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
                 args.ent_coef,
             )
             agent.logits += agent.policy_optimizer.step(-grad)  # gradient ascent on the objective
-            _, v_grad = ppo_value_loss(agent.values[b_states[mb]], buf.values.ravel()[mb], b_returns[mb])
+            _, v_grad = ppo_value_loss(agent.values[b_states[mb]], b_returns[mb])
             v_grad_sum, visits = np.zeros(NUM_STATES), np.zeros(NUM_STATES)
             np.add.at(v_grad_sum, b_states[mb], v_grad)
             np.add.at(visits, b_states[mb], 1.0 / len(mb))
@@ -540,7 +537,7 @@ def policy_picture(agent: Agent) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def train(args: Args, writer: SummaryWriter | None = None, verbose: bool = True) -> tuple[Agent, dict]:
+def train(args: Args, writer: "SummaryWriter | None" = None, verbose: bool = True) -> tuple[Agent, dict]:
     """One PPO run; returns the agent and its final grade."""
     rng = np.random.default_rng(args.seed)
     P, R = dynamics()
@@ -604,7 +601,11 @@ def run_ablation(args: Args) -> dict:
 
 def run_surrogate_study(args: Args, out_dir: str) -> dict:
     """Step from the uniform policy along the exact policy gradient by growing amounts; compare the
-    surrogate L(pi') = J(pi) + sum_s rho^pi(s) sum_a pi'(a|s) A^pi(s, a) with the true J(pi')."""
+    surrogate L(pi') = J(pi) + sum_s rho^pi(s) sum_a pi'(a|s) A^pi(s, a) with the true J(pi'), and with
+    TRPO's lower bound (Schulman et al. 2015, Theorem 1): J(pi') >= L(pi') - C max_s KL(pi || pi')(s),
+    C = 4 eps gamma / (1 - gamma)^2, eps = max_{s,a} |A^pi(s, a)|. With gamma 0.9 the constant is
+    360 eps: the bound is vacuous beyond tiny steps, which is why TRPO constrains the KL instead of
+    paying this penalty, and PPO clips."""
     P, R = dynamics()
     agent = Agent.uniform()
     pi = agent.policy()
@@ -613,16 +614,19 @@ def run_surrogate_study(args: Args, out_dir: str) -> dict:
     A = Q - V[:, None]
     rho = discounted_visitation(P, pi, args.gamma)
     grad = rho[:, None] * pi * A  # dJ/dz for tabular softmax
+    penalty = 4 * np.abs(A[~TERMINAL]).max() * args.gamma / (1 - args.gamma) ** 2  # TRPO's C
     rows = []
     for step in (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0):
         pi_new = softmax(agent.logits + step * grad)
         surrogate = V[START] + float((rho[:, None] * pi_new * A).sum())
         true_J = float(policy_evaluation(P, R, pi_new, args.gamma)[START])
         max_kl = float(kl_divergence(pi, pi_new)[~TERMINAL].max())
-        rows.append({"step": step, "max_kl": max_kl, "surrogate": surrogate, "true_return": true_J})
-    print(f"{'step':>6} {'max KL':>8} {'L(pi_new)':>10} {'J(pi_new)':>10}")
+        bound = surrogate - penalty * max_kl
+        rows.append({"step": step, "max_kl": max_kl, "surrogate": surrogate, "true_return": true_J, "bound": bound})
+    print(f"TRPO's penalty constant C = {penalty:.1f}")
+    print(f"{'step':>6} {'max KL':>8} {'L(pi_new)':>10} {'J(pi_new)':>10} {'L - C KL':>10}")
     for r in rows:
-        print(f"{r['step']:6.2f} {r['max_kl']:8.4f} {r['surrogate']:10.4f} {r['true_return']:10.4f}")
+        print(f"{r['step']:6.2f} {r['max_kl']:8.4f} {r['surrogate']:10.4f} {r['true_return']:10.4f} {r['bound']:10.4f}")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -632,14 +636,18 @@ def run_surrogate_study(args: Args, out_dir: str) -> dict:
     kls = [r["max_kl"] for r in rows]
     ax.plot(kls, [r["surrogate"] for r in rows], "o-", label="surrogate L(pi')")
     ax.plot(kls, [r["true_return"] for r in rows], "s-", label="true J(pi')")
+    ax.plot(kls, [r["bound"] for r in rows], "v--", label=f"TRPO bound L - {penalty:.0f} max KL")
+    values = [r[k] for r in rows for k in ("surrogate", "true_return")]
+    ax.set_ylim(min(values) - 0.3, max(values) + 0.1)  # the bound leaves the chart after tiny steps
     ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_xlim(0, 1.5 * max(kls))
     ax.set_xlabel("max KL(pi || pi') over cells")
     ax.set_ylabel("return from the start cell")
     ax.set_title("Surrogate vs true objective along the policy gradient")
     ax.legend()
     fig.tight_layout()
     fig.savefig(f"{out_dir}/surrogate_study.png", dpi=120)
-    return {"rows": rows}
+    return {"penalty_constant": penalty, "rows": rows}
 
 
 def main(args: Args) -> dict:
@@ -656,6 +664,8 @@ def main(args: Args) -> dict:
     elif args.surrogate_study:
         result, out_file = run_surrogate_study(args, out_dir), "surrogate_study.json"
     else:
+        from torch.utils.tensorboard import SummaryWriter
+
         writer = SummaryWriter(out_dir)
         writer.add_text("hyperparameters", hyperparameter_table(args))
         agent, result = train(args, writer)

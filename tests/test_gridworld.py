@@ -62,20 +62,20 @@ def test_value_loss_and_its_clipped_gradient():
     rng = np.random.default_rng(1)
     v_old, returns = rng.normal(size=30), rng.normal(size=30)
     v_new = v_old + rng.normal(scale=0.5, size=30)
-    loss, grad = G.ppo_value_loss(v_new, v_old, returns)
+    loss, grad = G.ppo_value_loss(v_new, returns)
     assert loss == pytest.approx(0.5 * np.mean((v_new - returns) ** 2))
     for clip in (None, 0.2):
-        _, grad = G.ppo_value_loss(v_new, v_old, returns, clip)
+        _, grad = G.ppo_value_loss(v_new, returns, v_old, clip)
         h = 1e-6
         for i in range(30):
             e = np.zeros(30)
             e[i] = h
             numeric = (
-                G.ppo_value_loss(v_new + e, v_old, returns, clip)[0]
-                - G.ppo_value_loss(v_new - e, v_old, returns, clip)[0]
+                G.ppo_value_loss(v_new + e, returns, v_old, clip)[0]
+                - G.ppo_value_loss(v_new - e, returns, v_old, clip)[0]
             ) / (2 * h)
             assert grad[i] == pytest.approx(numeric, abs=1e-6)
-    clipped_loss, _ = G.ppo_value_loss(v_new, v_old, returns, 0.2)
+    clipped_loss, _ = G.ppo_value_loss(v_new, returns, v_old, 0.2)
     assert clipped_loss >= loss  # the clipped loss is the pessimistic (larger) one
 
 
@@ -232,6 +232,19 @@ def test_surrogate_study_writes_table_and_plot(tmp_path):
     small = [r for r in rows if r["max_kl"] < 0.01]
     assert all(abs(r["surrogate"] - r["true_return"]) < 0.01 for r in small)  # first-order agreement
     assert (run / "surrogate_study.png").stat().st_size > 0
+    assert all(r["bound"] <= r["true_return"] + 1e-9 for r in rows)  # TRPO's theorem holds
+    assert rows[-1]["bound"] < -10  # and is vacuous far from pi
+
+
+def test_the_algorithm_imports_and_trains_with_numpy_alone(tmp_path):
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any import of torch now fails
+        "import ppo_gridworld as G\n"
+        "print(G.train(G.Args(num_iterations=2), verbose=False)[1]['global_step'])"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(2 * 16 * 32)
 
 
 @pytest.mark.parametrize(

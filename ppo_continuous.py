@@ -10,6 +10,7 @@ Sections, in the same order in every script of this repository (diff them to see
 7. Logging  8. Main
 """
 
+import atexit
 import dataclasses
 import json
 import math
@@ -24,6 +25,7 @@ from typing import Literal
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import tyro
 from torch.utils.tensorboard import SummaryWriter
@@ -112,13 +114,18 @@ class Args:
     """bootstrap from the critic at time limits (off: treat them as terminations, as CleanRL does)"""
 
     @property
+    def world_size(self) -> int:
+        """processes training together: torchrun's WORLD_SIZE, 1 under plain python"""
+        return int(os.environ.get("WORLD_SIZE", "1"))
+
+    @property
     def batch_size(self) -> int:
-        """transitions per rollout"""
-        return self.num_envs * self.num_steps
+        """transitions per rollout, summed over all processes"""
+        return self.world_size * self.num_envs * self.num_steps
 
     @property
     def minibatch_size(self) -> int:
-        """samples per minibatch (one fewer in some when autoreset steps were dropped)"""
+        """samples per minibatch, summed over all processes (fewer when autoreset steps were dropped)"""
         return self.batch_size // self.num_minibatches
 
     @property
@@ -133,6 +140,9 @@ RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
 CHECKPOINT = "checkpoint.pt"
 EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never used
+RANK = int(os.environ.get("RANK", "0"))  # this process under torchrun; rank 0 alone writes files and logs
+LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
+TORCHRUN_ECHO_S = 1.0  # torchrun passes on a Ctrl-C its workers already got: within this, not a second one
 
 
 def check_args(args: Args) -> str | None:
@@ -145,10 +155,10 @@ def check_args(args: Args) -> str | None:
     for name in ("save_every", "eval_episodes"):
         if getattr(args, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
-    if args.batch_size % args.num_minibatches:
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
         return (
             f"--num-minibatches {args.num_minibatches} does not divide the batch of "
-            f"{args.batch_size} (--num-envs x --num-steps)"
+            f"{args.num_envs * args.num_steps} (--num-envs x --num-steps)"
         )
     if args.total_timesteps < args.batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
@@ -203,7 +213,7 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
     real final observation (through the same wrappers as any other), and the next step only resets."""
     envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        [make_env(args.env_id, i, args.capture_video and RANK == 0, run_name) for i in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # innermost: logs the raw returns
@@ -372,7 +382,12 @@ def compute_gae(
 
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
-    return (x - x.mean()) / (x.std() + ADV_EPS)
+    """(x - mean) / std, with the mean and std of every process's samples under torchrun."""
+    if not dist.is_initialized():
+        return (x - x.mean()) / (x.std() + ADV_EPS)
+    n, total, squares = all_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), x.square().sum()]))
+    mean = total / n
+    return (x - mean) / (((squares - n * mean**2) / (n - 1)).sqrt() + ADV_EPS)
 
 
 def policy_loss(
@@ -568,7 +583,7 @@ def update(
             logratio = newlogprob - e_logprobs[mb]  # log pi(a|s) - log pi_old(a|s)
             ratio = logratio.exp()
             kl = kl_k3(logratio)
-            if args.target_kl is not None and kl.mean().item() > args.target_kl:
+            if args.target_kl is not None and global_mean(kl).item() > args.target_kl:
                 stop = True  # the policy already left the trust region: no further step on this batch
                 break
             mb_adv = normalize(e_advantages[mb]) if args.norm_adv else e_advantages[mb]
@@ -578,6 +593,7 @@ def update(
             loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            average_gradients(agent, len(mb_adv))  # under torchrun: the gradient of every process's samples
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             losses.append(torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), grad_norm]))
@@ -614,8 +630,88 @@ def update(
 # ---------------------------------------------------------------------------------------------
 
 
+def all_sum(x: torch.Tensor) -> torch.Tensor:
+    """x summed over every process, in place (x itself without a process group)."""
+    if dist.is_initialized():
+        dist.all_reduce(x)
+    return x
+
+
+def global_mean(x: torch.Tensor) -> torch.Tensor:
+    """The mean of x over every process's samples."""
+    if not dist.is_initialized():
+        return x.mean()
+    total, n = all_sum(torch.stack([x.sum(), x.new_tensor(x.numel())]))
+    return total / n
+
+
+def average_gradients(agent: nn.Module, samples: int) -> None:
+    """Make each process's gradient that of the loss over every process's samples, so that the norm clip
+    and the optimizer step are the same everywhere and the parameters stay identical."""
+    if not dist.is_initialized():
+        return
+    grads = [p.grad for p in agent.parameters()]
+    flat = all_sum(torch.cat([g.flatten() * samples for g in grads] + [grads[0].new_tensor([samples])]))
+    for g, part in zip(grads, torch.split(flat[:-1] / flat[-1], [g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
+
+
+def gather_objects(obj) -> list:
+    """obj from every process, in rank order."""
+    if not dist.is_initialized():
+        return [obj]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, obj)
+    return everyone
+
+
+def gather_iteration(metrics: dict, episodes: list, signum: int | None) -> tuple[dict, list, int | None]:
+    """Every process's metrics (averaged; the ratio's extremes over all), finished episodes and stop
+    request, so that every process takes the same decisions at the same iteration."""
+    everyone = gather_objects((metrics, episodes, signum))
+    metrics = {k: float(np.mean([m[k] for m, _, _ in everyone])) for k in metrics}
+    metrics["losses/ratio_max"] = max(m["losses/ratio_max"] for m, _, _ in everyone)
+    metrics["losses/ratio_min"] = min(m["losses/ratio_min"] for m, _, _ in everyone)
+    signals = [s for _, _, s in everyone if s]
+    return metrics, [e for _, eps, _ in everyone for e in eps], max(signals) if signals else None
+
+
+def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Combine every process's running statistics, weighted by their counts, into the global ones that
+    every process goes on with. Each process holds prior (the last merge) plus what it has seen since:
+    add up the raw moments, and count prior once."""
+    state = normalization_state(envs)
+    if not dist.is_initialized():
+        return state
+    extra = dist.get_world_size() - 1
+    for name in sorted({key.split(".")[0] for key in state}):  # the same order in every process
+        n, mean, var = (state[f"{name}.{x}"].double().flatten() for x in ("count", "mean", "var"))
+        n0, mean0, var0 = (prior[f"{name}.{x}"].double().flatten() for x in ("count", "mean", "var"))
+        moments = all_sum(torch.cat([n, n * mean, n * (var + mean**2)]))
+        moments -= extra * torch.cat([n0, n0 * mean0, n0 * (var0 + mean0**2)])
+        n, s1, s2 = moments.split([1, mean.numel(), mean.numel()])
+        shape = state[f"{name}.mean"].shape
+        state |= {
+            f"{name}.count": n[0],
+            f"{name}.mean": (s1 / n).view(shape),
+            f"{name}.var": (s2 / n - (s1 / n) ** 2).view(shape),
+        }
+    load_normalization_state(envs, state, frozen=False)
+    return state
+
+
+class NoWriter:
+    """TensorBoard for the processes other than rank 0: nothing is written."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    add_text = flush = close = add_scalar
+
+
 def hyperparameter_table(args: Args) -> str:
     derived = {
+        "world_size": args.world_size,
         "batch_size": args.batch_size,
         "minibatch_size": args.minibatch_size,
         "num_iterations": args.num_iterations,
@@ -645,8 +741,9 @@ def write_summary(path: str, progress: dict, sps: float, wall_time: float, evalu
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Bad input ends the program with one line on stderr, no traceback."""
-    print(f"error: {message}", file=sys.stderr)
+    """Bad input ends the program with one line on stderr (from rank 0 alone), no traceback."""
+    if RANK == 0:
+        print(f"error: {message}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -681,10 +778,11 @@ def save_checkpoint(
         "optimizer": optimizer.state_dict(),
         "normalization": normalization_state(envs),
         "progress": progress,  # global_step, iteration, kl_beta, recent_returns
-        "rng": rng_state(),
+        "rng": gather_objects(rng_state()),  # one per process
     }
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    if RANK == 0:
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
 
 
 def load_checkpoint(path: str) -> dict:
@@ -731,8 +829,10 @@ class Interrupts:
 
     def handle(self, signum: int, frame) -> None:
         if self.signum is not None:
+            if "WORLD_SIZE" in os.environ and time.time() - self.since < TORCHRUN_ECHO_S:
+                return  # the copy torchrun passes on of the signal this process already got
             os._exit(128 + signum)
-        self.signum = signum
+        self.signum, self.since = signum, time.time()
         print(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
 
 
@@ -795,8 +895,9 @@ def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
     error = check_args(args)
     if error:
         fail(error)
-    if ckpt:
-        return args, ckpt, os.path.dirname(args.resume) or ".", ckpt["progress"]
+    if ckpt:  # the iteration in this run's global batch, which changes with the number of processes
+        progress = ckpt["progress"] | {"iteration": ckpt["progress"]["global_step"] // args.batch_size}
+        return args, ckpt, os.path.dirname(args.resume) or ".", progress
     run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
     return args, None, f"runs/{run_name}", progress
@@ -804,18 +905,33 @@ def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
 
 def seed_everything(args: Args) -> torch.device:
     """Seed every RNG and pick the device (CUDA when available and wanted)."""
-    random.seed(args.seed)
-    np.random.seed(args.seed)  # noqa: NPY002 (seeds any library that draws from the global RNG)
-    torch.manual_seed(args.seed)
+    random.seed(args.seed + RANK)  # every process samples its own actions
+    np.random.seed(args.seed + RANK)  # noqa: NPY002 (seeds any library that draws from the global RNG)
+    torch.manual_seed(args.seed + RANK)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() and args.cuda else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(CPU_THREADS)
     return device
 
 
-def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter:
+def start_distributed(agent: nn.Module, device: torch.device) -> None:
+    """Under torchrun with more than one process: join the process group (NCCL between GPUs, gloo for
+    what stays on the CPU) and start every process from rank 0's parameters."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return  # plain python, or a single process: no process group, today's code path exactly
+    dist.init_process_group(
+        "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
+    )
+    atexit.register(dist.destroy_process_group)
+    for p in agent.parameters():
+        dist.broadcast(p.data, src=0)
+
+
+def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter | NoWriter:
     """TensorBoard (and Weights & Biases with --track); a resumed run drops what was logged after its checkpoint."""
+    if RANK != 0:
+        return NoWriter()
     run_name = os.path.basename(os.path.abspath(run_dir))
     if args.track:
         try:
@@ -839,30 +955,35 @@ def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWrit
 
 def main(args: Args) -> dict:
     if args.eval_checkpoint:
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args) if RANK == 0 else {}
     args, ckpt, run_dir, progress = start_run(args)
     if progress["iteration"] >= args.num_iterations:
-        print(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
+        print(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume") if RANK == 0 else None
         return progress
     run_name, checkpoint_path = os.path.basename(os.path.abspath(run_dir)), os.path.join(run_dir, CHECKPOINT)
     device = seed_everything(args)
     envs = make_envs(args, run_name)
     envs.action_space.seed(args.seed + progress["iteration"])
     agent = Agent(envs).to(device)
+    start_distributed(agent, device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
     if ckpt:
         restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # until after the reset: see below
-        set_rng_state(ckpt["rng"])
-    print(f"device: {device}, run: {run_dir}" + (f", resuming at step {progress['global_step']}" if ckpt else ""))
+        rngs = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]  # one per process
+        set_rng_state(rngs[RANK]) if RANK < len(rngs) else None  # a new process keeps its own seed
+    sizes = f"batch {args.batch_size} = {args.world_size} x {args.num_envs} envs x {args.num_steps} steps"
+    resuming = f", resuming at step {progress['global_step']}" if ckpt else ""
+    print(f"device: {device}, {sizes}, run: {run_dir}{resuming}") if RANK == 0 else None
     writer = open_writer(args, run_dir, progress["global_step"] if ckpt else None)
     buf = Rollout.allocate(envs, args.num_steps, device)
-    obs, _ = envs.reset(seed=args.seed + progress["iteration"])
+    prior = normalization_state(envs)  # the same in every process until their first observations
+    obs, _ = envs.reset(seed=args.seed + progress["iteration"] + RANK * args.num_envs)  # processes seeded apart
     freeze_normalization(envs, False)  # a resumed run's statistics hold what the uninterrupted run's held
     state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
 
     interrupts = Interrupts()
     start_time, start_step = time.time(), progress["global_step"]
-    bar = tqdm(total=args.num_iterations * args.batch_size, initial=start_step, unit="step", dynamic_ncols=True)
+    bar = tqdm(total=args.num_iterations * args.batch_size, initial=start_step, unit="step", disable=RANK != 0)
     for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
         # schedules: linear decay toward zero (the last iteration runs at 1/num_iterations of the start)
         lr = (
@@ -876,10 +997,8 @@ def main(args: Args) -> dict:
         )
 
         state, episodes = collect_rollout(envs, agent, buf, state, device)
+        prior = merge_normalization(envs, prior)  # under torchrun: every process's statistics, combined
         global_step = progress["global_step"] + args.batch_size
-        for ret, length, step in episodes:  # at the global step where each episode ended
-            episode = {"charts/episodic_return": ret, "charts/episodic_length": length}
-            log_scalars(writer, episode, progress["global_step"] + (step + 1) * args.num_envs)
 
         with torch.no_grad():
             next_value = agent.get_value(state.obs)
@@ -894,6 +1013,10 @@ def main(args: Args) -> dict:
             args.bootstrap_truncation,
         )
         metrics = update(agent, optimizer, buf, advantages, returns, args, progress["kl_beta"], clip_coef)
+        metrics, episodes, signum = gather_iteration(metrics, episodes, interrupts.signum)
+        for ret, length, step in episodes:  # at the global step where each episode ended
+            episode = {"charts/episodic_return": ret, "charts/episodic_length": length}
+            log_scalars(writer, episode, progress["global_step"] + (step + 1) * args.num_envs * args.world_size)
         if not all_finite(agent, metrics):
             bar.close()
             writer.close()  # keep everything logged up to the fault
@@ -927,22 +1050,20 @@ def main(args: Args) -> dict:
         bar.update(args.batch_size)
         bar.set_postfix(sps=f"{sps:.0f}", ret=f"{np.mean(recent_returns) if recent_returns else float('nan'):.1f}")
 
-        if (
-            interrupts.signum
-            or iteration == args.num_iterations
-            or (args.save_every and iteration % args.save_every == 0)
-        ):
+        if signum or iteration == args.num_iterations or (args.save_every and iteration % args.save_every == 0):
             save_checkpoint(checkpoint_path, agent, optimizer, envs, args, progress)
-        if interrupts.signum:
+        if signum:
             bar.close()
             writer.close()
             envs.close()
-            print(
-                f"saved {checkpoint_path}; resume with: python {SCRIPT_NAME}.py --resume {checkpoint_path}",
-                file=sys.stderr,
-            )
-            sys.exit(128 + interrupts.signum)
+            launcher = "python" if args.world_size == 1 else "torchrun (as before)"
+            resume = f"saved {checkpoint_path}; resume with: {launcher} {SCRIPT_NAME}.py --resume {checkpoint_path}"
+            print(resume, file=sys.stderr) if RANK == 0 else None
+            sys.exit(128 + signum)
     bar.close()
+    if RANK != 0:  # rank 0 alone evaluates and writes the summary
+        envs.close()
+        return progress
 
     evaluation = None
     if args.eval_episodes:

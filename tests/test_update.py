@@ -137,19 +137,24 @@ def run_update(agent, buf, advantages, returns, args, monkeypatch, kl_beta=1.0, 
         {"objective": "kl-fixed", "kl_beta": 3.0},
         {"clip_vloss": True, "vf_coef": 1.3},
         {"norm_adv": False, "ent_coef": 0.2, "max_grad_norm": 0.05},
+        {"clip_vloss": True, "annealed_clip": 0.07},
     ],
-    ids=["clip", "none", "kl", "clip-vloss", "raw-adv-entropy-gradclip"],
+    ids=["clip", "none", "kl", "clip-vloss", "raw-adv-entropy-gradclip", "annealed-clip"],
 )
 def test_update_takes_exactly_the_steps_of_the_ppo_loss_written_out(monkeypatch, overrides):
     """Pairing through the shuffle, the mask, per-minibatch normalization, the ratio's direction,
-    the objective, the coefficients' sign and weight, the norm clip: all by the parameters reached."""
+    the objective, the coefficients' sign and weight, the norm clip, the clip range passed in (annealed,
+    for the policy and the value alike): all by the parameters reached."""
+    overrides = dict(overrides)
+    clip_coef = overrides.pop("annealed_clip", None)
     args = args_for(**overrides)
+    clip_coef = args.clip_coef if clip_coef is None else clip_coef
     agent = make_agent()
     buf, advantages, returns = make_rollout(agent)
     reference = copy.deepcopy(agent)
-    metrics, perms = run_update(agent, buf, advantages, returns, args, monkeypatch, kl_beta=args.kl_beta)
+    metrics, perms = run_update(agent, buf, advantages, returns, args, monkeypatch, args.kl_beta, clip_coef)
     assert len(perms) == args.update_epochs and len(perms[0]) == int(buf.real.sum())
-    record = reference_update(reference, buf, advantages, returns, args, perms, args.kl_beta, args.clip_coef, 0.05)
+    record = reference_update(reference, buf, advantages, returns, args, perms, args.kl_beta, clip_coef, 0.05)
     for (name, p), q in zip(agent.named_parameters(), reference.parameters()):
         assert torch.allclose(p, q, atol=1e-5), name
     moved = sum((p - q).abs().sum() for p, q in zip(agent.parameters(), make_agent().parameters()))
@@ -160,7 +165,7 @@ def test_update_takes_exactly_the_steps_of_the_ppo_loss_written_out(monkeypatch,
     assert metrics["losses/entropy"] == pytest.approx(torch.stack(record["ent"]).mean().item(), rel=1e-5)
     logratio = torch.cat(record["logratio"])
     assert metrics["losses/approx_kl"] == pytest.approx(((logratio.exp() - 1) - logratio).mean().item(), rel=1e-4)
-    clipped = ((logratio.exp() - 1).abs() > args.clip_coef).float().mean().item()
+    clipped = ((logratio.exp() - 1).abs() > clip_coef).float().mean().item()
     assert metrics["losses/clipfrac"] == pytest.approx(clipped)
     assert metrics["losses/epochs_done"] == args.update_epochs
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in one go (under 5 minutes): the CUDA tests, then steps per second on CUDA
+# for both scripts on one process and, where there are two GPUs, on two (torchrun, NCCL). One line per figure.
+#     bash benchmarks/gpu_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+gpus=$(python -c "import torch; print(torch.cuda.device_count())")
+if [ "$gpus" -lt 1 ]; then
+    echo "no CUDA GPU: nothing to check" >&2
+    exit 1
+fi
+python -c "import torch; print(f'gpu: {torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}, torch {torch.__version__}')"
+pytest -q -rs tests/test_distributed.py -k "cuda or nccl" 2>&1 | tail -n 3
+nproc=$((gpus >= 2 ? 2 : 1))
+for script in ppo_continuous.py ppo_atari.py; do
+    python benchmarks/scaling.py --script "$script" --nproc "$nproc" --iterations 10 --runs 1 | sed "s/^/cuda: /"
+done

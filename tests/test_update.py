@@ -73,7 +73,7 @@ def reference_update(agent, buf, advantages, returns, args, perms, kl_beta, clip
         "returns": returns.flatten()[keep],
     }
     params = list(agent.parameters())
-    record = {"pg": [], "v": [], "ent": [], "logratio": []}
+    record = {"pg": [], "v": [], "ent": [], "logratio": [], "grad_norm": []}
     for perm in perms:
         for mb in C.minibatch_slices(len(perm), args.num_minibatches):
             idx = perm[mb]
@@ -107,7 +107,7 @@ def reference_update(agent, buf, advantages, returns, args, perms, kl_beta, clip
             with torch.no_grad():
                 for p, g in zip(params, grads):
                     p -= lr * scale * g
-            for key, value in zip(("pg", "v", "ent", "logratio"), (pg, v, entropy, logratio)):
+            for key, value in zip(("pg", "v", "ent", "logratio", "grad_norm"), (pg, v, entropy, logratio, norm)):
                 record[key].append(value.detach())
     return record
 
@@ -165,9 +165,17 @@ def test_update_takes_exactly_the_steps_of_the_ppo_loss_written_out(monkeypatch,
     assert metrics["losses/entropy"] == pytest.approx(torch.stack(record["ent"]).mean().item(), rel=1e-5)
     logratio = torch.cat(record["logratio"])
     assert metrics["losses/approx_kl"] == pytest.approx(((logratio.exp() - 1) - logratio).mean().item(), rel=1e-4)
+    assert metrics["losses/old_approx_kl"] == pytest.approx((-logratio).mean().item(), rel=1e-4, abs=1e-7)
     clipped = ((logratio.exp() - 1).abs() > clip_coef).float().mean().item()
     assert metrics["losses/clipfrac"] == pytest.approx(clipped)
+    assert metrics["losses/ratio_max"] == pytest.approx(logratio.exp().max().item(), rel=1e-5)
+    assert metrics["losses/ratio_min"] == pytest.approx(logratio.exp().min().item(), rel=1e-5)
+    assert metrics["losses/grad_norm"] == pytest.approx(torch.stack(record["grad_norm"]).mean().item(), rel=1e-4)
     assert metrics["losses/epochs_done"] == args.update_epochs
+    keep = buf.real
+    values, targets = buf.values[keep], returns[keep]
+    explained = 1 - (targets - values).var() / targets.var()
+    assert metrics["losses/explained_variance"] == pytest.approx(explained.item(), rel=1e-5)
 
 
 def test_masked_autoreset_steps_have_no_influence(monkeypatch):

@@ -775,10 +775,15 @@ def write_summary(path: str, progress: dict, sps: float, wall_time: float, evalu
     return summary
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Bad input ends the program with one line on stderr (from rank 0 alone), no traceback."""
+def say(message: str, file=None) -> None:
+    """print, from rank 0 alone: under torchrun every process runs the same lines."""
     if RANK == 0:
-        print(f"error: {message}", file=sys.stderr)
+        print(message, file=file)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Bad input ends the program with one line on stderr, no traceback."""
+    say(f"error: {message}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -868,7 +873,7 @@ class Interrupts:
                 return  # the copy torchrun passes on of the signal this process already got
             os._exit(128 + signum)
         self.signum, self.since = signum, time.time()
-        print(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
+        say(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
 
 
 def all_finite(agent: Agent, metrics: dict[str, float]) -> bool:
@@ -993,7 +998,7 @@ def main(args: Args) -> dict:
         return evaluate_checkpoint(args) if RANK == 0 else {}
     args, ckpt, run_dir, progress = start_run(args)
     if progress["iteration"] >= args.num_iterations:
-        print(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume") if RANK == 0 else None
+        say(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
         return progress
     run_name, checkpoint_path = os.path.basename(os.path.abspath(run_dir)), os.path.join(run_dir, CHECKPOINT)
     device = seed_everything(args)
@@ -1005,10 +1010,11 @@ def main(args: Args) -> dict:
     if ckpt:
         restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # until after the reset: see below
         rngs = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]  # one per process
-        set_rng_state(rngs[RANK]) if RANK < len(rngs) else None  # a new process keeps its own seed
+        if RANK < len(rngs):  # a process the saved run did not have keeps its own seed
+            set_rng_state(rngs[RANK])
     sizes = f"batch {args.batch_size} = {args.world_size} x {args.num_envs} envs x {args.num_steps} steps"
     resuming = f", resuming at step {progress['global_step']}" if ckpt else ""
-    print(f"device: {device}, {sizes}, run: {run_dir}{resuming}") if RANK == 0 else None
+    say(f"device: {device}, {sizes}, run: {run_dir}{resuming}")
     writer = open_writer(args, run_dir, progress["global_step"] if ckpt else None)
     buf = Rollout.allocate(envs, args.num_steps, device)
     prior = normalization_state(envs)  # the same in every process until their first observations
@@ -1093,7 +1099,7 @@ def main(args: Args) -> dict:
             envs.close()
             launcher = "python" if args.world_size == 1 else "torchrun (as before)"
             resume = f"saved {checkpoint_path}; resume with: {launcher} {SCRIPT_NAME}.py --resume {checkpoint_path}"
-            print(resume, file=sys.stderr) if RANK == 0 else None
+            say(resume, file=sys.stderr)
             sys.exit(128 + signum)
     bar.close()
     if RANK != 0:  # rank 0 alone evaluates and writes the summary

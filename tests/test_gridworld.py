@@ -501,3 +501,58 @@ def test_each_bad_argument_is_refused_before_anything_is_written(tmp_path, monke
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def rollout_for_flags():
+    rng = np.random.default_rng(0)
+    envs = G.GridEnvs(16, rng)
+    buf, _, _ = G.collect_rollout(envs, G.Agent.uniform(), envs.state.copy(), 32, rng)
+    return buf
+
+
+def updated(buf, **overrides) -> G.Agent:
+    args = G.Args(**overrides)
+    agent = G.Agent.uniform(args.learning_rate)
+    G.update(agent, buf, args, args.kl_beta, np.random.default_rng(1))
+    return agent
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("learning_rate", 0.2),
+        ("critic_learning_rate", 0.1),
+        ("gamma", 0.5),
+        ("gae_lambda", 0.0),
+        ("clip_coef", 0.01),
+        ("ent_coef", 1.0),
+        ("update_epochs", 1),
+        ("num_minibatches", 1),
+        ("objective", "none"),
+    ],
+)
+def test_each_update_flag_changes_the_update(flag, value):
+    buf = rollout_for_flags()
+    default, changed = updated(buf), updated(buf, **{flag: value})
+    logits_moved = np.abs(default.logits - changed.logits).max()
+    values_moved = np.abs(default.values - changed.values).max()
+    if flag == "critic_learning_rate":
+        assert logits_moved == 0 and values_moved > 1e-3  # the critic's step alone
+    else:
+        assert logits_moved > 1e-4 or values_moved > 1e-4
+
+
+def test_adam_steps_follow_learning_rate_epochs_and_minibatches():
+    buf = rollout_for_flags()
+    agent = updated(buf, update_epochs=3, num_minibatches=2)
+    assert agent.policy_optimizer.t == 6
+    one_step = updated(buf, update_epochs=1, num_minibatches=1, learning_rate=0.05)
+    assert np.abs(one_step.logits).max() == pytest.approx(0.05, rel=1e-3)  # Adam's first step: lr per entry
+
+
+def test_critic_moves_its_fraction_of_the_way_toward_the_targets():
+    buf = rollout_for_flags()
+    _, returns = G.compute_gae(buf.rewards, buf.values, buf.next_values, buf.terminations, buf.truncations, 0.9, 0.95)
+    agent = updated(buf, update_epochs=1, num_minibatches=1, critic_learning_rate=0.5)
+    for s in np.unique(buf.states):
+        assert agent.values[s] == pytest.approx(0.5 * returns[buf.states == s].mean())  # from V = 0, half the way

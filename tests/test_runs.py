@@ -188,7 +188,7 @@ def good_checkpoint(tmp_path_factory) -> Path:
 def other_shapes(ckpt_path: Path, out: Path) -> None:
     ckpt = torch.load(ckpt_path, weights_only=True)
     ckpt["args"]["env_id"] = "MountainCarContinuous-v0"  # 2 observations, not Pendulum's 3
-    ckpt["progress"]["iteration"] = 0  # unfinished, so that --resume gets as far as the shapes
+    ckpt["progress"] |= {"iteration": 0, "global_step": 0}  # unfinished: --resume gets as far as the shapes
     torch.save(ckpt, out)
 
 

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import spy
 
 import ppo_continuous as C
 
@@ -241,6 +242,22 @@ def test_target_kl_stops_the_epochs_and_epochs_done_says_when():
     assert done[1e-9] == (0, 1)  # one step, then the next minibatch already exceeds the target
     epochs, steps = done[0.02]
     assert 0 < epochs < 8 and epochs * 4 <= steps < (epochs + 1) * 4  # stopped within epoch epochs + 1
+
+
+def test_target_kl_stops_at_the_first_minibatch_whose_mean_kl_exceeds_it(monkeypatch):
+    kls = []
+    spy(monkeypatch, C, "kl_k3", after=lambda kl, logratio: kls.append(kl.mean().item()))
+    agent = make_agent()
+    buf, advantages, returns = make_rollout(agent)
+    with torch.no_grad():
+        _, logp, _, _ = agent.get_action_and_value(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1))
+    buf.logprobs = logp.view(T, N)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-4)
+    torch.manual_seed(0)
+    C.update(agent, optimizer, buf, advantages, returns, args_for(update_epochs=8, target_kl=0.01), 1.0, 0.2)
+    steps = count_steps(optimizer)
+    assert all(kl <= 0.01 for kl in kls[:steps])  # every minibatch stepped on was within the target
+    assert kls[steps] > 0.01  # the one that stopped the update was past it, by its mean
 
 
 def test_advantage_normalization_removes_scale_and_shift(monkeypatch):

@@ -989,7 +989,8 @@ def main(args: Args) -> dict:
 
     interrupts = Interrupts()
     start_time, start_step = time.time(), progress["global_step"]
-    bar = tqdm(total=args.num_iterations * args.batch_size, initial=start_step, unit="step", disable=RANK != 0)
+    total = args.num_iterations * args.batch_size
+    bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True, disable=RANK != 0)
     for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
         # schedules: linear decay toward zero (the last iteration runs at 1/num_iterations of the start)
         lr = (

@@ -103,7 +103,13 @@ def test_resumed_run_holds_exactly_the_uninterrupted_state_and_keeps_learning(tm
     resumed: list = []
     with monkeypatch.context() as m:
         live_state(resumed, m)
+        real = C.make_env
+        m.setattr(C, "make_env", lambda *a: lambda: ResetSeeds(real(*a)()))
+        ResetSeeds.log = []
         C.main(C.Args(resume=str(checkpoint)))
+    reset_seeds = {seed for seed, _ in ResetSeeds.log if seed is not None}
+    first_seeds = {RUN.get("seed", 1) + i for i in range(RUN["num_envs"])}
+    assert reset_seeds and not reset_seeds & first_seeds  # fresh episodes, not a replay of the first ones
     assert len(resumed) == len(whole) - STOP_AT
     assert_same(resumed[0], whole[STOP_AT])
     assert resumed[0]["kl_beta"] != RUN.get("kl_beta", 1.0)  # beta had adapted, and came back

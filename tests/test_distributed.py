@@ -177,3 +177,28 @@ def test_nccl_two_gpus_keep_ranks_identical(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True, map_location="cpu") for r in (0, 1)]
     for key, value in ranks[0]["agent"].items():
         assert torch.equal(value, ranks[1]["agent"][key]), key
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_iteration(tmp_path):
+    flags = [*PENDULUM, "--total-timesteps", "40960", "--save-every", "1", "--eval-episodes", "0"]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        + [str(ROOT / "ppo_continuous.py"), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("runs/*/checkpoint.pt")):
+        assert launcher.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2
+    os.kill(max(int(pid) for pid in workers), signal.SIGTERM)  # the later one started: rank 1
+    _, err = launcher.communicate(timeout=120)
+    assert err.count("exitcode  : 143") == 2, err[-3000:]  # both ranks stopped, neither hung or crashed
+    assert "resume with: torchrun" in err  # rank 0 saved, though the signal went to the other rank
+    progress = torch.load(only_run(tmp_path) / C.CHECKPOINT, weights_only=True)["progress"]
+    assert 0 < progress["global_step"] < 40960

@@ -284,3 +284,24 @@ def test_evaluation_args_keep_the_runs_own(trained, tmp_path):
     assert ckpt["args"].seed == 3 and ckpt["args"].env_id == "Pendulum-v1"
     result = C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=1, env_id="HalfCheetah-v4", seed=9))
     assert result["episodes"] == 1 and dataclasses.asdict(ckpt["args"])["seed"] == 3
+
+
+def test_resuming_from_an_older_checkpoint_replaces_what_was_logged_after_it(tmp_path, monkeypatch):
+    """A run that went on past its last checkpoint (and then died) resumes from that checkpoint: the
+    iterations logged after it are logged again, and TensorBoard holds each step once."""
+    monkeypatch.chdir(tmp_path)
+    snapshot = tmp_path / "at_iteration_2.pt"
+
+    def keep_second(result, path, agent, optimizer, envs, args, progress):
+        if progress["iteration"] == 2:
+            snapshot.write_bytes(open(path, "rb").read())
+
+    with monkeypatch.context() as m:
+        spy(m, C, "save_checkpoint", after=keep_second)
+        C.main(C.Args(**(RUN | {"save_every": 2})))
+    run_dir = only_run(tmp_path)
+    (run_dir / C.CHECKPOINT).write_bytes(snapshot.read_bytes())  # as if iterations 3 and 4 were never saved
+    C.main(C.Args(resume=str(run_dir / C.CHECKPOINT)))
+    logged = scalars(run_dir)
+    for tag in ("charts/learning_rate", "losses/value_loss", "charts/kl_beta"):
+        assert [s for s, _ in logged[tag]] == [400, 800, 1200, 1600], tag

@@ -381,13 +381,21 @@ def compute_gae(
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
 
 
-def normalize(x: torch.Tensor) -> torch.Tensor:
-    """(x - mean) / std, with the mean and std of every process's samples under torchrun."""
+def minibatch_moments(x: torch.Tensor, slices: list[slice]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The mean and std of x in each minibatch; under torchrun, of every process's share of it, in one
+    collective per epoch rather than one per minibatch."""
     if not dist.is_initialized():
-        return (x - x.mean()) / (x.std() + ADV_EPS)
-    n, total, squares = all_sum(torch.stack([x.new_tensor(x.numel()), x.sum(), x.square().sum()]))
+        return [(x[mb].mean(), x[mb].std()) for mb in slices]
+    sums = torch.stack(
+        [torch.stack([x.new_tensor(mb.stop - mb.start), x[mb].sum(), x[mb].square().sum()]) for mb in slices]
+    )
+    n, total, squares = all_sum(sums).unbind(-1)  # (M,) each
     mean = total / n
-    return (x - mean) / (((squares - n * mean**2) / (n - 1)).sqrt() + ADV_EPS)
+    return list(zip(mean, ((squares - n * mean**2) / (n - 1)).sqrt()))
+
+
+def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    return (x - mean) / (std + ADV_EPS)
 
 
 def policy_loss(
@@ -578,7 +586,9 @@ def update(
         e_obs, e_actions, e_logprobs = b_obs[perm], b_actions[perm], b_logprobs[perm]
         e_values, e_advantages, e_returns = b_values[perm], b_advantages[perm], b_returns[perm]
         stop = False
-        for mb in minibatch_slices(b_obs.shape[0], args.num_minibatches):
+        slices = minibatch_slices(b_obs.shape[0], args.num_minibatches)
+        adv_moments = minibatch_moments(e_advantages, slices) if args.norm_adv else None
+        for i, mb in enumerate(slices):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(e_obs[mb], e_actions[mb])
             logratio = newlogprob - e_logprobs[mb]  # log pi(a|s) - log pi_old(a|s)
             ratio = logratio.exp()
@@ -586,7 +596,7 @@ def update(
             if args.target_kl is not None and global_mean(kl).item() > args.target_kl:
                 stop = True  # the policy already left the trust region: no further step on this batch
                 break
-            mb_adv = normalize(e_advantages[mb]) if args.norm_adv else e_advantages[mb]
+            mb_adv = normalize(e_advantages[mb], *adv_moments[i]) if args.norm_adv else e_advantages[mb]
             pg_loss = policy_loss(ratio, mb_adv, args.objective, clip_coef, kl, kl_beta)
             v_loss = value_loss(newvalue, e_values[mb], e_returns[mb], clip_coef if args.clip_vloss else None)
             entropy_loss = entropy.mean()

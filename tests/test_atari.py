@@ -348,3 +348,20 @@ def test_both_scripts_take_the_same_flags():
     assert {"batch_size", "minibatch_size", "num_iterations"} <= {
         name for name, value in vars(A.Args).items() if isinstance(value, property)
     }
+
+
+def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    torch.manual_seed(0)
+    agent = A.Agent(envs)
+    with torch.no_grad():
+        agent.actor.weight.mul_(100)  # far from uniform, so that every term matters
+    obs = torch.randint(0, 256, (16, A.FRAME_STACK, A.SCREEN, A.SCREEN), dtype=torch.uint8)
+    actions = torch.randint(0, envs.single_action_space.n, (16,))
+    with torch.no_grad():
+        _, logprob, entropy, value = agent.get_action_and_value(obs, actions)
+        dist = torch.distributions.Categorical(logits=agent.actor(agent.features(obs)))
+        assert torch.allclose(logprob, dist.log_prob(actions), atol=1e-5)
+        assert torch.allclose(entropy, dist.entropy(), atol=1e-5)
+        assert torch.allclose(value, agent.get_value(obs), atol=1e-6)
+    envs.close()

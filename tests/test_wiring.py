@@ -453,3 +453,20 @@ def test_summary_reports_the_run(tmp_path, monkeypatch):
     assert on_disk == summary and summary["global_step"] == 1200 and summary["episodes"] == 4
     evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())
     assert evaluation["episodes"] == 2 and summary["eval_mean_return"] == evaluation["mean_return"]
+
+
+class ImageObs(gym.Env):
+    """Box actions, but image observations: not for an MLP."""
+
+    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
+def test_an_env_without_flat_observations_is_refused(tmp_path, monkeypatch, capsys):
+    gym.register("TestImageObs-v0", entry_point=ImageObs)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        C.main(C.Args(env_id="TestImageObs-v0"))
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: TestImageObs-v0 has no flat Box observation space"
+    assert list(tmp_path.iterdir()) == []

@@ -371,7 +371,7 @@ class Agent(nn.Module):
         its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
         hidden = self.features(obs)  # (B, 512)
         log_probs = self.actor(hidden).log_softmax(-1)  # (B, num_actions)
-        if action is None:
+        if action is None:  # sample, or take the most likely with greedy
             action = log_probs.argmax(-1) if greedy else torch.multinomial(log_probs.exp(), 1).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.critic(hidden).squeeze(-1)

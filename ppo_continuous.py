@@ -220,9 +220,37 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     envs = gym.wrappers.vector.ClipAction(envs)  # the env sees clipped actions; the buffer keeps the sample
     envs = gym.wrappers.vector.NormalizeObservation(envs)  # running mean/std shared by all envs
     envs = gym.wrappers.vector.TransformObservation(envs, lambda obs: np.clip(obs, -OBS_CLIP, OBS_CLIP))
-    envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)  # divide by std of discounted return
+    envs = ScaleReward(envs, gamma=args.gamma)  # divide by the std of the discounted return
     envs = gym.wrappers.vector.ClipReward(envs, -REWARD_CLIP, REWARD_CLIP)
     return envs
+
+
+class ScaleReward(gym.vector.VectorWrapper):
+    """Divide each reward by the running std of the discounted return, as OpenAI baselines' VecNormalize
+    does: the return R <- gamma * R + r restarts after every done, termination or truncation. (gymnasium's
+    NormalizeReward never restarts it at truncations, and carries a terminal reward into the next episode.)
+    The autoreset step that follows a done is no transition: it neither adds to R nor to the statistics."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, gamma: float, epsilon: float = 1e-8):
+        super().__init__(envs)
+        self.gamma, self.epsilon, self.update_running_mean = gamma, epsilon, True
+        self.return_rms = gym.wrappers.utils.RunningMeanStd(shape=())
+        self.returns = np.zeros(self.num_envs)  # (N,) discounted return of each env's episode so far
+        self.done = np.zeros(self.num_envs, dtype=bool)  # the last step ended the episode: this one resets
+
+    def reset(self, **kwargs):
+        self.returns[:], self.done[:] = 0.0, False
+        return self.env.reset(**kwargs)
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = self.env.step(actions)
+        real = ~self.done
+        self.returns[real] = self.gamma * self.returns[real] + rewards[real]
+        if self.update_running_mean and real.any():
+            self.return_rms.update(self.returns[real])
+        self.done = terminations | truncations
+        self.returns[self.done] = 0.0
+        return obs, rewards / np.sqrt(self.return_rms.var + self.epsilon), terminations, truncations, info
 
 
 def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
@@ -336,7 +364,7 @@ class Agent(nn.Module):
         its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
         mean = self.actor_mean(obs)  # (B, A)
         log_std = self.actor_logstd  # (1, A), broadcast over the batch
-        if action is None:
+        if action is None:  # sample, or take the mean with greedy
             action = mean if greedy else mean + torch.exp(log_std) * torch.randn_like(mean)
         entropy = gaussian_entropy(log_std).expand(mean.shape[0])  # the same in every state
         return action, gaussian_log_prob(action, mean, log_std), entropy, self.get_value(obs)

@@ -332,14 +332,55 @@ def test_chain_clips_actions_and_observations_scales_rewards_and_records_raw_ret
     rewards = np.stack(seen_rewards)
     assert np.abs(rewards).max() <= C.REWARD_CLIP and rewards.max() < 100  # scaled, not raw 1000s
     assert episodes and all(r == 5000.0 for r in episodes)  # the episode statistics keep raw returns
-    reward_wrapper = C.find_wrapper(envs, gym.wrappers.vector.NormalizeReward)
+    reward_wrapper = C.find_wrapper(envs, C.ScaleReward)
     assert reward_wrapper.return_rms.count > 1  # the reward statistics are being learned
 
 
 def test_reward_scaling_discounts_with_the_runs_gamma(monkeypatch):
     monkeypatch.setattr(C, "make_env", lambda *a: lambda: Scripted())
     envs = C.make_envs(C.Args(num_envs=1, gamma=0.5), "test")
-    assert C.find_wrapper(envs, gym.wrappers.vector.NormalizeReward).gamma == 0.5
+    assert C.find_wrapper(envs, C.ScaleReward).gamma == 0.5
+    envs.close()
+
+
+class Counting(gym.Env):
+    """Reward t + offset on its t-th step; terminates or truncates at a given step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, offset: float, end: int, truncate: bool):
+        self.offset, self.end, self.truncate = offset, end, truncate
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        ended = self.t == self.end
+        return np.zeros(1, np.float32), self.t + self.offset, ended and not self.truncate, ended and self.truncate, {}
+
+
+def test_reward_scaling_matches_a_hand_computed_sequence():
+    """Env 0 terminates on its 3rd step, env 1 is truncated on its 2nd; gamma 0.5. The return restarts
+    after every done, the autoreset step adds nothing, and each reward is divided by the std of all
+    returns seen so far, this step's included."""
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: Counting(0.0, 3, False), lambda: Counting(10.0, 2, True)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    envs = C.ScaleReward(envs, gamma=0.5)
+    envs.reset(seed=0)
+    raw = [(1, 11), (2, 12), (3, 0), (0, 11), (1, 12)]  # per step, per env; 0: an autoreset step
+    returns = [(1, 11), (2.5, 17.5), (4.25, None), (None, 11), (1, 17.5)]  # None: not a transition
+    seen, expected = [], []
+    for step_raw, step_returns in zip(raw, returns):
+        seen += [r for r in step_returns if r is not None]
+        std = np.sqrt(np.var(seen) + 1e-8)
+        expected.append([r / std for r in step_raw])
+    got = [envs.step(np.zeros((2, 1), np.float32))[1] for _ in raw]
+    assert np.allclose(got, expected, rtol=1e-3)
     envs.close()
 
 

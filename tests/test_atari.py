@@ -365,3 +365,23 @@ def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():
         assert torch.allclose(entropy, dist.entropy(), atol=1e-5)
         assert torch.allclose(value, agent.get_value(obs), atol=1e-6)
     envs.close()
+
+
+def test_the_nature_cnn_layers_and_their_initialization():
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    agent = A.Agent(envs)
+    kinds = [type(layer).__name__ for layer in agent.network]
+    assert kinds == ["Conv2d", "ReLU", "Conv2d", "ReLU", "Conv2d", "ReLU", "Flatten", "Linear", "ReLU"]
+    convs = [layer for layer in agent.network if isinstance(layer, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (32, (8, 8), (4, 4)),
+        (64, (4, 4), (2, 2)),
+        (64, (3, 3), (1, 1)),
+    ]
+    for layer, gain in ((agent.network[7], np.sqrt(2)), (agent.actor, 0.01), (agent.critic, 1.0)):
+        w = layer.weight.flatten(1)
+        rows = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        assert torch.allclose(rows, gain**2 * torch.eye(rows.shape[0]), atol=1e-4), layer
+        assert layer.bias.abs().sum() == 0
+    assert agent.network[7].out_features == A.HIDDEN == 512
+    envs.close()

@@ -385,3 +385,24 @@ def test_the_nature_cnn_layers_and_their_initialization():
         assert layer.bias.abs().sum() == 0
     assert agent.network[7].out_features == A.HIDDEN == 512
     envs.close()
+
+
+class LosesALifeAtOnce(FakeGame):
+    """Every game's first step loses a life."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.t == 1:
+            self.ale.lives_left -= 1
+        return obs, reward, self.ale.lives_left == 0, truncated, info
+
+
+def test_a_life_lost_on_the_first_step_of_a_game_ends_the_learning_episode():
+    game = LosesALifeAtOnce()
+    env = A.EpisodicLife(game)
+    for _ in range(2):  # the first game, and a new one after game over
+        env.reset(seed=0)
+        _, _, terminated, _, _ = env.step(2)
+        assert terminated and game.ale.lives() == 2
+        game.ale.lives_left = 0
+        env.step(2)  # game over: the next reset starts a new game

@@ -556,3 +556,12 @@ def test_critic_moves_its_fraction_of_the_way_toward_the_targets():
     agent = updated(buf, update_epochs=1, num_minibatches=1, critic_learning_rate=0.5)
     for s in np.unique(buf.states):
         assert agent.values[s] == pytest.approx(0.5 * returns[buf.states == s].mean())  # from V = 0, half the way
+
+
+def test_finished_episodes_report_their_whole_return_including_the_last_reward(monkeypatch):
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    envs = G.GridEnvs(2, np.random.default_rng(0))
+    envs.state[:] = [G.START, (G.HEIGHT - 1) * G.WIDTH + G.WIDTH - 2]  # env 1 stands left of the goal
+    _, reward, terminated, _, _, finished = envs.step(np.array([2, 1]))  # env 0 steps down; env 1 right
+    assert terminated.tolist() == [False, True] and reward.tolist() == [0.0, 1.0]
+    assert finished == [1.0]

@@ -565,3 +565,40 @@ def test_finished_episodes_report_their_whole_return_including_the_last_reward(m
     _, reward, terminated, _, _, finished = envs.step(np.array([2, 1]))  # env 0 steps down; env 1 right
     assert terminated.tolist() == [False, True] and reward.tolist() == [0.0, 1.0]
     assert finished == [1.0]
+
+
+def test_discounted_visitation_on_a_hand_solved_mdp():
+    P = np.zeros((2, 2, 2))
+    P[0, 0, 0] = P[0, 1, 1] = 1.0  # in s0: a0 stays, a1 moves to the absorbing s1
+    P[1, :, 1] = 1.0
+    move = np.array([[0.0, 1.0], [0.5, 0.5]])
+    # s0 once, then s1 forever: rho = (1, gamma + gamma^2 + ...) = (1, 9)
+    assert G.discounted_visitation(P, move, 0.9, start=0) == pytest.approx([1.0, 9.0])
+    stay = np.array([[1.0, 0.0], [0.5, 0.5]])
+    assert G.discounted_visitation(P, stay, 0.9, start=0) == pytest.approx([10.0, 0.0])
+
+
+def test_grade_measures_the_critic_against_v_pi_and_the_return_from_the_start():
+    P, R = G.dynamics()
+    V_star, Q_star = G.value_iteration(P, R, 0.9)
+    agent = G.Agent.uniform()
+    agent.values = G.policy_evaluation(P, R, agent.policy(), 0.9)  # a perfect critic of this policy
+    graded = G.grade(agent, P, R, 0.9, V_star, Q_star)
+    assert graded["critic_max_error"] == pytest.approx(0.0, abs=1e-12)
+    assert graded["true_return"] == pytest.approx(agent.values[G.START])
+    assert graded["optimal_return"] == pytest.approx(V_star[G.START])
+    agent.logits = 50.0 * (Q_star == Q_star.max(1, keepdims=True))  # greedy in Q*: optimal everywhere
+    assert G.grade(agent, P, R, 0.9, V_star, Q_star)["greedy_optimal_fraction_all_cells"] == 1.0
+
+
+def test_final_kl_is_the_kl_from_the_old_policy_to_the_new_one():
+    buf = rollout_for_flags()
+    args = G.Args(update_epochs=8, learning_rate=0.3)
+    agent = G.Agent.uniform(args.learning_rate)
+    agent.logits = np.random.default_rng(2).normal(size=agent.logits.shape)  # not uniform: KL is asymmetric
+    pi_old = agent.policy()
+    metrics = G.update(agent, buf, args, 1.0, np.random.default_rng(1))
+    visited = np.unique(buf.states)
+    forward = G.kl_divergence(pi_old[visited], agent.policy()[visited]).mean()
+    backward = G.kl_divergence(agent.policy()[visited], pi_old[visited]).mean()
+    assert metrics["losses/final_kl"] == pytest.approx(forward) and abs(forward - backward) > 1e-3

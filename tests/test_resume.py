@@ -305,3 +305,11 @@ def test_resuming_from_an_older_checkpoint_replaces_what_was_logged_after_it(tmp
     logged = scalars(run_dir)
     for tag in ("charts/learning_rate", "losses/value_loss", "charts/kl_beta"):
         assert [s for s, _ in logged[tag]] == [400, 800, 1200, 1600], tag
+
+
+def test_evaluation_runs_one_environment_whatever_training_used(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = spy(monkeypatch, C, "evaluate")
+    C.main(C.Args(**(RUN | {"num_envs": 4, "num_steps": 100, "total_timesteps": 400, "eval_episodes": 2})))
+    ((envs, *_), _, returns) = calls[0]
+    assert envs.num_envs == 1 and len(returns) == 2

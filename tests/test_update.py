@@ -326,3 +326,17 @@ def test_kl_penalty_weight_holds_the_policy_back_and_final_kl_measures_the_whole
             s0, s1 = old.actor_logstd.exp(), agent.actor_logstd.exp()
             kls[kl_beta] = (torch.log(s1 / s0) + (s0**2 + (m0 - m1) ** 2) / (2 * s1**2) - 0.5).sum(-1).mean().item()
     assert kls[30.0] < 0.5 * kls[0.0]
+
+
+def test_sampled_actions_spread_by_the_policy_std_they_are_scored_with():
+    agent = make_agent()
+    with torch.no_grad():
+        agent.actor_logstd.fill_(float(np.log(0.5)))
+    obs = torch.zeros(20_000, OBS_DIM)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        actions, logprob, _, _ = agent.get_action_and_value(obs)
+        mean = agent.actor_mean(obs)
+    assert (actions - mean).std(0).tolist() == pytest.approx([0.5] * ACT_DIM, rel=0.03)
+    expected = torch.distributions.Normal(mean, 0.5).log_prob(actions).sum(-1)
+    assert torch.allclose(logprob, expected, atol=1e-4)

@@ -1,10 +1,17 @@
-"""Plot learning curves (charts/episodic_return) from TensorBoard runs: the mean over runs and its
-spread (min to max), on a common grid of environment steps, to a PNG.
+"""Plot learning curves (charts/episodic_return) from TensorBoard runs to a PNG: for each labelled group
+of runs, the mean over its runs and their spread (min to max) on a common grid of environment steps.
+Runs of different environments (the run folder's name starts with the env id) go to separate panels.
 
     python benchmarks/plot_curves.py runs/HalfCheetah-v4__ppo_continuous__* --out docs/halfcheetah.png
+    python benchmarks/plot_curves.py --group "clip 0.2=evidence/runs/*__table1-clip-0.2__*" \\
+        --group "no clipping=evidence/runs/*__table1-none__*" --out table1.png      # a panel per env
 """
 
 import argparse
+import glob
+import math
+import os
+import sys
 
 import matplotlib
 
@@ -15,44 +22,91 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 GRID_POINTS = 100  # points on the common step grid
 SMOOTH_EPISODES = 10  # episodes in the running mean of each run's curve
+PANEL_COLUMNS = 3  # panels per row when there are several environments
+PANEL_SIZE = (5.0, 3.6)  # inches per panel
 
 
 def load_curve(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, running mean of the last SMOOTH_EPISODES values) of one run's scalar."""
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     acc.Reload()
-    events = acc.Scalars(tag)
+    events = acc.Scalars(tag) if tag in acc.Tags()["scalars"] else []
+    if not events:
+        sys.exit(f"error: {run_dir} has no {tag!r} scalars")
     steps = np.array([e.step for e in events], dtype=float)
     values = np.array([e.value for e in events])
     kernel = np.ones(min(SMOOTH_EPISODES, len(values))) / min(SMOOTH_EPISODES, len(values))
     return steps[len(kernel) - 1 :], np.convolve(values, kernel, mode="valid")
 
 
+def env_of(run_dir: str) -> str:
+    """The env id that starts a run folder's name ({env}__{exp}__{seed}__{time})."""
+    return os.path.basename(os.path.normpath(run_dir)).split("__")[0]
+
+
+def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The runs on a common step grid (where all of them have data): (grid, values of shape (runs, points))."""
+    grid = np.linspace(max(steps[0] for steps, _ in curves), min(steps[-1] for steps, _ in curves), GRID_POINTS)
+    return grid, np.stack([np.interp(grid, steps, values) for steps, values in curves])
+
+
+def parse_groups(positional: list[str], specs: list[str]) -> dict[str, list[str]]:
+    """{label: run folders}: the positional runs as one unlabelled group, each --group LABEL=GLOB as one."""
+    groups = {"": positional} if positional else {}
+    for spec in specs:
+        label, sep, pattern = spec.partition("=")
+        if not sep or not label:
+            sys.exit(f"error: --group needs LABEL=GLOB, got {spec!r}")
+        groups[label] = sorted(glob.glob(pattern))
+    for label, runs in groups.items():
+        if not runs:
+            sys.exit(f"error: no run folders for group {label!r}")
+    if not groups:
+        sys.exit("error: give run folders or at least one --group LABEL=GLOB")
+    return groups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+")
+    parser.add_argument("runs", nargs="*", help="run folders, one unlabelled group")
+    parser.add_argument("--group", action="append", default=[], help="LABEL=GLOB: a labelled group of runs")
     parser.add_argument("--tag", default="charts/episodic_return")
     parser.add_argument("--out", default="curves.png")
-    parser.add_argument("--title", default=None)
+    parser.add_argument("--title", default=None, help="the figure's title (default: the env id of each panel)")
     parser.add_argument("--hline", action="append", default=[], help="a reference level to draw, VALUE or VALUE:LABEL")
     args = parser.parse_args()
-    curves = [load_curve(r, args.tag) for r in args.runs]
-    end = min(steps[-1] for steps, _ in curves)
-    grid = np.linspace(max(steps[0] for steps, _ in curves), end, GRID_POINTS)
-    ys = np.stack([np.interp(grid, steps, values) for steps, values in curves])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(grid, ys.mean(0), label=f"mean of {len(curves)} runs" if len(curves) > 1 else "one run")
-    if len(curves) > 1:
-        ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25, label="min to max")
-    for i, spec in enumerate(args.hline):
-        value, _, label = spec.partition(":")
-        ax.axhline(float(value), color=f"C{i + 1}", linestyle="--", linewidth=1, label=label or None)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel(args.tag)
-    ax.set_title(args.title or args.runs[0].split("/")[-1].split("__")[0])
-    ax.legend()
+    groups = parse_groups(args.runs, args.group)
+    envs = sorted({env_of(r) for runs in groups.values() for r in runs})
+    columns = min(PANEL_COLUMNS, len(envs))
+    rows = math.ceil(len(envs) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(PANEL_SIZE[0] * columns, PANEL_SIZE[1] * rows), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        for color, (label, runs) in enumerate(groups.items()):
+            env_runs = [r for r in runs if env_of(r) == env]
+            if not env_runs:
+                continue
+            grid, ys = mean_and_spread([load_curve(r, args.tag) for r in env_runs])
+            name = f"{label}: " if label else ""
+            count = f"mean of {len(env_runs)} runs" if len(env_runs) > 1 else "one run"
+            ax.plot(grid, ys.mean(0), color=f"C{color}", label=f"{name}{count}")
+            if len(env_runs) > 1:
+                ax.fill_between(grid, ys.min(0), ys.max(0), color=f"C{color}", alpha=0.2)
+            final = f"final mean {ys.mean(0)[-1]:.1f} (min {ys.min(0)[-1]:.1f}, max {ys.max(0)[-1]:.1f})"
+            print(f"{env} {label or 'runs'}: {final}")
+        for i, spec in enumerate(args.hline):
+            value, _, label = spec.partition(":")
+            ax.axhline(float(value), color=f"C{len(groups) + i}", linestyle="--", linewidth=1, label=label or None)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(args.tag)
+        ax.set_title(args.title if args.title and len(envs) == 1 else env)
+        ax.legend(fontsize="small")
+    for ax in axes.flat[len(envs) :]:
+        ax.set_visible(False)
+    if args.title and len(envs) > 1:
+        fig.suptitle(args.title)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}: final mean {ys.mean(0)[-1]:.1f} (min {ys.min(0)[-1]:.1f}, max {ys.max(0)[-1]:.1f})")
+    print(f"wrote {args.out}: {len(envs)} panel(s), {len(groups)} group(s), shaded: min to max over runs")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
     python benchmarks/tables.py                                       # every table, from the run folders
 
 Every run lives in evidence/runs/{env}__{grid}-{variant}__{seed}__{time}/ (TensorBoard log, checkpoint,
-summary.json, eval.json). A run with summary.json is done and skipped; a run with only a checkpoint is
-resumed from it (each run saves every SAVE_EVERY iterations), so `run` can be started again after any stop.
+summary.json, eval.json), its console output in evidence/logs/. A run with summary.json is done and
+skipped; a run with only a checkpoint is resumed from it (each run saves every SAVE_EVERY iterations),
+so `run` can be started again after any stop.
 
 Grids:
   mujoco   HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4), seeds 1-3, 1M steps, the defaults
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(ROOT, "evidence")
 SAVE_EVERY = 10  # iterations between checkpoints: a cut run loses at most this much
+POLL_S = 2.0  # seconds between looks at the running processes
 MUJOCO_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
 ATARI_ENVS = ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4", "BeamRiderNoFrameskip-v4")
 SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1 and details
@@ -124,40 +126,39 @@ def grid(name: str) -> list[Run]:
 GRIDS = ("mujoco", "atari", "table1", "details")
 
 
-def run(runs: list[Run], runs_dir: str, parallel: int) -> None:
+def run(runs: list[Run], runs_dir: str, parallel: int) -> int:
+    """Run what is not done, `parallel` at a time; the number of runs that failed."""
     pending = [r for r in runs if r.state(runs_dir)[0] != "done"]
-    print(
-        f"{len(runs) - len(pending)} of {len(runs)} runs done; {len(pending)} to go, {parallel} at a time", flush=True
-    )
+    print(f"{len(runs) - len(pending)} of {len(runs)} done; {len(pending)} to go, {parallel} at a time", flush=True)
     threads = str(max(1, len(os.sched_getaffinity(0)) // parallel))
     env = os.environ | {"OMP_NUM_THREADS": threads}
+    logs = os.path.join(os.path.dirname(runs_dir), "logs")  # beside runs/, so run-folder globs never match them
+    os.makedirs(logs, exist_ok=True)
     running: list[tuple[Run, subprocess.Popen, float]] = []
-    failed = []
+    failed = 0
     while pending or running:
         while pending and len(running) < parallel:
             r = pending.pop(0)
             cmd = r.command(runs_dir)
             print(f"start {r.env_id} {r.exp_name} seed {r.seed}: {' '.join(cmd[-12:])}", flush=True)
-            log = open(os.path.join(runs_dir, f"{r.env_id}__{r.exp_name}__{r.seed}.log"), "a")
-            running.append(
-                (r, subprocess.Popen(cmd, cwd=os.path.dirname(runs_dir), stdout=log, stderr=log, env=env), time.time())
-            )
-        time.sleep(5)
+            with open(os.path.join(logs, f"{r.env_id}__{r.exp_name}__{r.seed}.log"), "a") as log:
+                proc = subprocess.Popen(cmd, cwd=os.path.dirname(runs_dir), stdout=log, stderr=log, env=env)
+            running.append((r, proc, time.time()))
+        time.sleep(POLL_S)
         for item in list(running):
             r, proc, started = item
             if proc.poll() is None:
                 continue
             running.remove(item)
-            minutes = (time.time() - started) / 60
-            if proc.returncode == 0:
-                print(f"done  {r.env_id} {r.exp_name} seed {r.seed} in {minutes:.1f} min", flush=True)
-            else:
-                failed.append(r)
-                print(
-                    f"FAILED {r.env_id} {r.exp_name} seed {r.seed} (exit {proc.returncode}); see its .log", flush=True
-                )
-    if failed:
-        sys.exit(f"{len(failed)} runs failed")
+            what = f"{r.env_id} {r.exp_name} seed {r.seed}"
+            if proc.returncode == 0 and r.state(runs_dir)[0] == "done":
+                print(f"done  {what} in {(time.time() - started) / 60:.1f} min", flush=True)
+                continue
+            failed += 1
+            # exit 0 without summary.json: the checkpoint is final but the closing evaluation was cut
+            why = f"exit {proc.returncode}" if proc.returncode else "no summary.json: delete its checkpoint.pt to rerun"
+            print(f"FAILED {what} ({why}); see {logs}", flush=True)
+    return failed
 
 
 def main() -> None:
@@ -178,7 +179,9 @@ def main() -> None:
             state, folder = r.state(runs_dir)
             print(f"{state:8s} {r.grid:8s} {r.variant:24s} {r.env_id:26s} seed {r.seed}  {folder or ''}")
         return
-    run(runs, runs_dir, args.parallel)
+    failed = run(runs, runs_dir, args.parallel)
+    if failed:
+        sys.exit(f"error: {failed} runs failed")
 
 
 if __name__ == "__main__":

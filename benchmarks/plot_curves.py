@@ -46,7 +46,10 @@ def env_of(run_dir: str) -> str:
 
 def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """The runs on a common step grid (where all of them have data): (grid, values of shape (runs, points))."""
-    grid = np.linspace(max(steps[0] for steps, _ in curves), min(steps[-1] for steps, _ in curves), GRID_POINTS)
+    start, end = max(steps[0] for steps, _ in curves), min(steps[-1] for steps, _ in curves)
+    if start > end:
+        sys.exit("error: the runs' step ranges do not overlap")
+    grid = np.linspace(start, end, GRID_POINTS)
     return grid, np.stack([np.interp(grid, steps, values) for steps, values in curves])
 
 
@@ -57,7 +60,7 @@ def parse_groups(positional: list[str], specs: list[str]) -> dict[str, list[str]
         label, sep, pattern = spec.partition("=")
         if not sep or not label:
             sys.exit(f"error: --group needs LABEL=GLOB, got {spec!r}")
-        groups[label] = sorted(glob.glob(pattern))
+        groups[label] = sorted(path for path in glob.glob(pattern) if os.path.isdir(path))  # run folders only
     for label, runs in groups.items():
         if not runs:
             sys.exit(f"error: no run folders for group {label!r}")

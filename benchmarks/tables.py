@@ -176,6 +176,8 @@ def normalized_scores(found: dict, variants: list[str], random: dict[str, float]
         if not means:
             continue
         best = max(means)
+        if best <= random[env_id]:
+            sys.exit(f"error: no setting beats the random policy on {env_id}: its scores would flip sign")
         for v in variants:
             for r in found.get((v, env_id), []):
                 scores[v].append((r["last_100"] - random[env_id]) / (best - random[env_id]))
@@ -207,8 +209,8 @@ def per_seed(grids: dict[str, dict]) -> list[str]:
     for grid_name, found in grids.items():
         for (variant, env_id), runs in sorted(found.items()):
             for r in sorted(runs, key=lambda r: r["seed"]):
-                ev = "-" if r["eval"] is None else f"{r['eval']:.1f}"
-                cells = f"{r['seed']} | {r['last_10']:.1f} | {r['last_100']:.1f} | {ev} | {r['steps']}"
+                last_10, ev = (("-" if x is None else f"{x:.1f}") for x in (r["last_10"], r["eval"]))
+                cells = f"{r['seed']} | {last_10} | {r['last_100']:.1f} | {ev} | {r['steps']}"
                 lines.append(f"| {grid_name} | {variant} | {env_id} | {cells} |")
     return lines + [""]
 

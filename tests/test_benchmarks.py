@@ -327,6 +327,6 @@ def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, mo
         assert line.get_label().startswith("a: mean of 3 runs") and line.get_ydata()[-1] == pytest.approx(final.mean())
         band = ax.collections[0].get_paths()[0].vertices[:, 1]
         assert band.min() == pytest.approx(4.5) and band.max() == pytest.approx(final.max())  # min to max, not +- std
-    assert hopper.lines[0].get_color() == walker.lines[0].get_color() != walker.lines[1].get_color()  # one per group
+    assert hopper.lines[0].get_color() == walker.lines[0].get_color() == "C0" != walker.lines[1].get_color()  # by group
     assert walker.lines[1].get_label() == "b: one run" and len(hopper.lines) == 1
     plt.close("all")

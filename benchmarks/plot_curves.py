@@ -53,14 +53,17 @@ def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nda
     return grid, np.stack([np.interp(grid, steps, values) for steps, values in curves])
 
 
-def parse_groups(positional: list[str], specs: list[str]) -> dict[str, list[str]]:
-    """{label: run folders}: the positional runs as one unlabelled group, each --group LABEL=GLOB as one."""
+def parse_groups(positional: list[str], specs: list[str], finished: bool) -> dict[str, list[str]]:
+    """{label: run folders}: the positional runs as one unlabelled group, each --group LABEL=GLOB as one;
+    with finished, only the runs that wrote summary.json."""
     groups = {"": positional} if positional else {}
     for spec in specs:
         label, sep, pattern = spec.partition("=")
         if not sep or not label:
             sys.exit(f"error: --group needs LABEL=GLOB, got {spec!r}")
         groups[label] = sorted(path for path in glob.glob(pattern) if os.path.isdir(path))  # run folders only
+    if finished:
+        groups = {k: [r for r in runs if os.path.exists(os.path.join(r, "summary.json"))] for k, runs in groups.items()}
     for label, runs in groups.items():
         if not runs:
             sys.exit(f"error: no run folders for group {label!r}")
@@ -73,12 +76,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", help="run folders, one unlabelled group")
     parser.add_argument("--group", action="append", default=[], help="LABEL=GLOB: a labelled group of runs")
+    parser.add_argument("--finished", action="store_true", help="leave out runs still going (no summary.json)")
     parser.add_argument("--tag", default="charts/episodic_return")
     parser.add_argument("--out", default="curves.png")
     parser.add_argument("--title", default=None, help="the figure's title (default: the env id of each panel)")
     parser.add_argument("--hline", action="append", default=[], help="a reference level to draw, VALUE or VALUE:LABEL")
     args = parser.parse_args()
-    groups = parse_groups(args.runs, args.group)
+    groups = parse_groups(args.runs, args.group, args.finished)
     envs = sorted({env_of(r) for runs in groups.values() for r in runs})
     columns = min(PANEL_COLUMNS, len(envs))
     rows = math.ceil(len(envs) / columns)

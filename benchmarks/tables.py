@@ -135,35 +135,30 @@ def pm(values: list[float], digits: int = 0) -> str:
     return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}"
 
 
+RESULTS_HEADS = {
+    "mujoco": "| env (1M steps) | seeds | last 10 episodes | greedy evaluation | CleanRL (published) | PPO paper |",
+    "atari": "| game (1M steps = 4M frames) | seeds | last 10 games | greedy evaluation | random agent | PPO paper |",
+}
+
+
 def results_table(runs_dir: str) -> list[str]:
+    """The defaults' results per env: MuJoCo beside CleanRL and the paper, Atari beside a random agent."""
     lines = []
-    mujoco = collect(runs_dir, "mujoco")
-    if mujoco:
-        lines += [
-            "| env (1M steps) | seeds | last 10 episodes | greedy evaluation | CleanRL (published) | PPO paper |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-        for env_id in evidence.MUJOCO_ENVS:
-            runs = mujoco.get(("default", env_id), [])
-            if runs:
-                seeds = len(runs)
-                last, ev = pm([r["last_10"] for r in runs]), pm([r["eval"] for r in runs])
-                cleanrl, paper = CLEANRL_MUJOCO.get(env_id, "-"), PAPER_MUJOCO.get(env_id, "-")
-                lines.append(f"| {env_id} | {seeds} | {last} | {ev} | {cleanrl} | {paper} |")
-        lines.append("")
-    atari = collect(runs_dir, "atari")
-    if atari:
-        lines += [
-            "| game (1M steps = 4M frames) | seeds | last 10 games | greedy evaluation | random agent | PPO paper |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-        for env_id in evidence.ATARI_ENVS:
-            runs = atari.get(("default", env_id), [])
-            if runs:
-                last, ev = pm([r["last_10"] for r in runs], 1), pm([r["eval"] for r in runs], 1)
-                lines.append(
-                    f"| {env_id} | {len(runs)} | {last} | {ev} | {RANDOM_ATARI[env_id]} | {PAPER_ATARI[env_id]} |"
-                )
+    for grid_name, envs, digits in (("mujoco", evidence.MUJOCO_ENVS, 0), ("atari", evidence.ATARI_ENVS, 1)):
+        found = collect(runs_dir, grid_name)
+        if not found:
+            continue
+        lines += [RESULTS_HEADS[grid_name], "| --- | --- | --- | --- | --- | --- |"]
+        for env_id in envs:
+            runs = found.get(("default", env_id), [])
+            if not runs:
+                continue
+            last, ev = pm([r["last_10"] for r in runs], digits), pm([r["eval"] for r in runs], digits)
+            if grid_name == "mujoco":
+                beside = [CLEANRL_MUJOCO.get(env_id, "-"), PAPER_MUJOCO.get(env_id, "-")]
+            else:
+                beside = [str(RANDOM_ATARI[env_id]), PAPER_ATARI[env_id]]
+            lines.append(f"| {env_id} | {len(runs)} | {last} | {ev} | {' | '.join(beside)} |")
         lines.append("")
     return lines
 

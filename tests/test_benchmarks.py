@@ -290,6 +290,15 @@ def test_plot_curves_draws_labelled_groups_in_a_panel_per_env(tmp_path):
     assert "Walker2d-v4 first: final mean 150.0 (min 100.0, max 200.0)" in out.stdout
     assert "Hopper-v4 second: final mean -5.0" in out.stdout and "Walker2d-v4 second" not in out.stdout
     assert "2 panel(s), 2 group(s)" in out.stdout and out_png.stat().st_size > 10_000
+    fake_run(runs, "Ant-v4", "a", 1, [1.0] * 30, done=False)  # still going
+    finished = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "plot_curves.py"), "--group", f"first={runs}/*__a__*"]
+        + ["--finished", "--out", str(out_png)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Ant-v4" not in finished.stdout and "2 panel(s), 1 group(s)" in finished.stdout
     bad = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "plot_curves.py"), "--group", f"x={runs}/nothing*"],
         capture_output=True,

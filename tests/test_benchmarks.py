@@ -93,8 +93,9 @@ def test_evidence_resumes_a_cut_run_and_skips_a_finished_one(tmp_path):
     assert command[1:] == [
         str(ROOT / "ppo_continuous.py"),
         *("--env-id", "Hopper-v4", "--seed", "2", "--total-timesteps", "300000", "--exp-name", "table1-none"),
-        *("--save-every", "10", "--no-cuda", "--objective", "none"),
+        *("--save-every", "10", "--objective", "none", "--no-cuda"),
     ]
+    assert "--no-cuda" not in evidence.grid("atari")[0].command(str(tmp_path))  # the CNN wants a GPU where there is one
     cut = fake_run(tmp_path, "Hopper-v4", "table1-none", 2, [1.0], done=False)
     assert run.state(str(tmp_path)) == ("cut", str(cut))
     assert run.command(str(tmp_path))[-2:] == ["--resume", str(cut / "checkpoint.pt")]

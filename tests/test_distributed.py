@@ -4,6 +4,7 @@ number of processes; one process under torchrun is plain python. CUDA checks run
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,7 +199,10 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_iteration(tmp_path):
     assert len(workers) == 2
     os.kill(max(int(pid) for pid in workers), signal.SIGTERM)  # the later one started: rank 1
     _, err = launcher.communicate(timeout=120)
-    assert err.count("exitcode  : 143") == 2, err[-3000:]  # both ranks stopped, neither hung or crashed
+    # Neither hung (communicate returned) nor crashed: every exit torchrun reports is 143. Rank 0 stops at the agreed
+    # iteration too; whether torchrun lists it beside rank 1 depends on which of them it sees exit first.
+    exit_codes = re.findall(r"exitcode\s*:\s*(-?\d+)", err)
+    assert exit_codes and set(exit_codes) == {"143"}, err[-3000:]
     assert "resume with: torchrun" in err  # rank 0 saved, though the signal went to the other rank
     progress = torch.load(only_run(tmp_path) / C.CHECKPOINT, weights_only=True)["progress"]
     assert 0 < progress["global_step"] < 40960

@@ -4,9 +4,9 @@
     python benchmarks/tables.py --per-seed        # and every run's own figures
     python benchmarks/tables.py --dir evidence    # where evidence.py put runs/
 
-Figures, per run: the mean of its last 10 training episodes (summary.json), the closing greedy evaluation
-(eval.json: 10 episodes, the mean action), and the mean of its last 100 training episodes (TensorBoard),
-the PPO paper's Table 1 score. Across seeds: mean +- std (numpy's, over the seeds).
+Figures, per run: the mean of its last 10 training episodes and of its closing greedy evaluation (10
+episodes, the mean action), both from summary.json, and the mean of its last 100 training episodes
+(TensorBoard), the PPO paper's Table 1 score. Across seeds: mean +- std (numpy's, over the seeds).
 
 Table 1's normalized score, as the paper computes it: per environment, a random policy's return maps to 0
 and the best setting's mean return to 1; each run is scored so, and the scores of all runs of a setting
@@ -105,7 +105,10 @@ def random_returns(env_ids: list[str], cache: str) -> dict[str, float]:
     """A uniformly random policy's mean return per env, measured once and cached."""
     import gymnasium as gym
 
-    scores = json.load(open(cache)) if os.path.exists(cache) else {}
+    scores = {}
+    if os.path.exists(cache):
+        with open(cache) as f:
+            scores = json.load(f)
     for env_id in env_ids:
         if env_id in scores:
             continue

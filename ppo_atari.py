@@ -770,14 +770,14 @@ def log_scalars(writer: SummaryWriter, scalars: dict[str, float], step: int) -> 
         writer.add_scalar(tag, value, step)
 
 
-def write_summary(path: str, progress: dict, sps: float, wall_time: float, evaluation: dict | None) -> dict:
+def write_summary(path: str, progress: dict, sps: float | None, wall_time: float, evaluation: dict | None) -> dict:
     recent = progress["recent_returns"]
     summary = {
         "global_step": progress["global_step"],
         "episodes": progress["episodes"],
         "mean_return_last_10": float(np.mean(recent)) if recent else None,
         "eval_mean_return": evaluation["mean_return"] if evaluation else None,
-        "sps": round(sps, 1),
+        "sps": None if sps is None else round(sps, 1),
         "wall_time_s": round(wall_time, 1),
     }
     with open(path, "w") as f:
@@ -1007,7 +1007,10 @@ def main(args: Args) -> dict:
     if args.eval_checkpoint:
         return evaluate_checkpoint(args) if RANK == 0 else {}
     args, ckpt, run_dir, progress = start_run(args)
-    if progress["iteration"] >= args.num_iterations:
+    summary_path = os.path.join(run_dir, "summary.json")
+    # a finished run without its summary was cut during the closing evaluation: the loop below runs no
+    # iteration and goes straight to that evaluation
+    if progress["iteration"] >= args.num_iterations and os.path.exists(summary_path):
         say(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
         return progress
     run_name, checkpoint_path = os.path.basename(os.path.abspath(run_dir)), os.path.join(run_dir, CHECKPOINT)
@@ -1034,6 +1037,7 @@ def main(args: Args) -> dict:
 
     interrupts = Interrupts()
     start_time, start_step = time.time(), progress["global_step"]
+    sps = None  # this process's steps per second since it started; None while no iteration has run
     total = args.num_iterations * args.batch_size
     bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True, disable=RANK != 0)
     for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
@@ -1123,7 +1127,7 @@ def main(args: Args) -> dict:
         evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
         eval_envs.close()
         writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
-    summary = write_summary(os.path.join(run_dir, "summary.json"), progress, sps, time.time() - start_time, evaluation)
+    summary = write_summary(summary_path, progress, sps, time.time() - start_time, evaluation)
     print(json.dumps(summary))
     envs.close()
     writer.close()

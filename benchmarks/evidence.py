@@ -157,8 +157,8 @@ def run(runs: list[Run], runs_dir: str, parallel: int) -> int:
                 print(f"done  {what} in {(time.time() - started) / 60:.1f} min", flush=True)
                 continue
             failed += 1
-            # exit 0 without summary.json: the checkpoint is final but the closing evaluation was cut
-            why = f"exit {proc.returncode}" if proc.returncode else "no summary.json: delete its checkpoint.pt to rerun"
+            # exit 0 without summary.json: not a run that finished (resuming would evaluate and summarize it)
+            why = f"exit {proc.returncode}" if proc.returncode else "exit 0 without summary.json"
             print(f"FAILED {what} ({why}); see {logs}", flush=True)
     return failed
 

@@ -119,6 +119,19 @@ def test_interrupted_run_saves_and_resumes_to_the_requested_total(tmp_path, scri
     again = run(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
     assert again.returncode == 0 and "already finished" in again.stdout
 
+    # cut during its closing evaluation: the final checkpoint is there, eval.json and summary.json are
+    # not; resuming runs no iteration and writes the same evaluation and the summary
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    (run_dir / "eval.json").unlink()
+    (run_dir / "summary.json").unlink()
+    finished = run(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    assert finished.returncode == 0 and "already finished" not in finished.stdout, finished.stderr
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == evaluation["returns"]
+    closing = json.loads((run_dir / "summary.json").read_text())
+    assert closing["global_step"] == total and closing["sps"] is None
+    assert closing["mean_return_last_10"] == summary["mean_return_last_10"]
+    assert scalars(run_dir)["charts/learning_rate"] == s["charts/learning_rate"]  # no iteration ran again
+
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     """A crash while writing leaves the previous checkpoint intact."""

@@ -4,9 +4,12 @@
     python ppo_atari.py --anneal-clip --vf-coef 1.0 --update-epochs 3  # the PPO paper's Atari settings
     tensorboard --logdir runs
 
-Sections, in the same order in every script of this repository (diff them to see what differs):
-1. Args  2. Environment  3. Agent  4. Algorithm (pure functions)  5. Rollout  6. Update
-7. Logging  8. Main
+Two parts, in the same order in every script of this repository (diff them to see what differs):
+Part I, PPO: every line that changes what is learned.
+    1. Args  2. Environment  3. Agent  4. Algorithm (pure functions)  5. Rollout  6. Update  7. Training loop
+Part II, Running it: many processes, checkpoints, evaluation, signals and checks. It changes no number
+that Part I computes under plain python.
+    8. Processes  9. Checkpoints and resume  10. Evaluation  11. Signals, checks and logs
 """
 
 import atexit
@@ -33,9 +36,11 @@ from tqdm import tqdm
 
 gym.register_envs(ale_py)  # make the ALE ids known to gymnasium
 
-# ---------------------------------------------------------------------------------------------
-# 1. Args
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
+# PART I: PPO
+# =============================================================================================
+
+# 1. Args -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -137,43 +142,9 @@ class Args:
 ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
-SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
-CHECKPOINT = "checkpoint.pt"
-EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never used
-RANK = int(os.environ.get("RANK", "0"))  # this process under torchrun; rank 0 alone writes files and logs
-LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
-TORCHRUN_ECHO_S = 1.0  # torchrun passes on a Ctrl-C its workers already got: within this, not a second one
 
 
-def check_args(args: Args) -> str | None:
-    """The first problem with the arguments, or None. Checked before anything is written."""
-    if args.total_timesteps <= 0:
-        return f"--total-timesteps must be positive, got {args.total_timesteps}"
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
-        if getattr(args, name) < 1:
-            return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
-    for name in ("save_every", "eval_episodes"):
-        if getattr(args, name) < 0:
-            return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
-    if (args.num_envs * args.num_steps) % args.num_minibatches:
-        return (
-            f"--num-minibatches {args.num_minibatches} does not divide the batch of "
-            f"{args.num_envs * args.num_steps} (--num-envs x --num-steps)"
-        )
-    if args.total_timesteps < args.batch_size:
-        return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
-    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
-        return "--learning-rate, --clip-coef and --kl-target must be positive"
-    if args.target_kl is not None and args.target_kl <= 0:
-        return f"--target-kl must be positive, got {args.target_kl}"
-    if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
-        return "--gamma and --gae-lambda must lie in [0, 1]"
-    return check_env(args.env_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# 2. Environment
-# ---------------------------------------------------------------------------------------------
+# 2. Environment ------------------------------------------------------------------------------
 
 
 NOOP_MAX = 30  # up to 30 no-op actions at reset, so that games start in different states
@@ -224,17 +195,6 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def check_env(env_id: str) -> str | None:
-    """Say why env_id cannot be trained on by this script, or None."""
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as e:
-        return f"unknown environment {env_id!r}: {e}"
-    if "ale_py" not in str(spec.entry_point):
-        return f"{env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
-    return None
-
-
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk() -> gym.Env:
         render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
@@ -263,55 +223,7 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     return envs
 
 
-def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
-    """The wrapper of the given class in the chain around envs."""
-    while not isinstance(envs, kind):
-        envs = envs.env
-    return envs
-
-
-RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
-
-
-def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
-    """The running statistics of every normalizing wrapper around envs, as tensors (none for Atari)."""
-    state, env = {}, envs
-    while hasattr(env, "env"):
-        for name in RUNNING_STATS:
-            if name in vars(env):
-                rms = vars(env)[name]
-                state |= {f"{name}.mean": torch.as_tensor(rms.mean), f"{name}.var": torch.as_tensor(rms.var)}
-                state[f"{name}.count"] = torch.tensor(float(rms.count))
-        env = env.env
-    return state
-
-
-def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor], frozen: bool) -> None:
-    """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
-    env = envs
-    while hasattr(env, "env"):
-        for name in RUNNING_STATS:
-            if name in vars(env):
-                rms = vars(env)[name]
-                rms.mean = state[f"{name}.mean"].numpy().astype(rms.mean.dtype)
-                rms.var = state[f"{name}.var"].numpy().astype(rms.var.dtype)
-                rms.count = state[f"{name}.count"].item()
-        env = env.env
-    freeze_normalization(envs, frozen)
-
-
-def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
-    """Stop (or restart) the updates of every normalizing wrapper's running statistics."""
-    env = envs
-    while hasattr(env, "env"):
-        if any(name in vars(env) for name in RUNNING_STATS):
-            env.update_running_mean = not frozen
-        env = env.env
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. Agent
-# ---------------------------------------------------------------------------------------------
+# 3. Agent ------------------------------------------------------------------------------------
 
 HIDDEN = 512  # units of the fully connected layer after the convolutions
 PIXEL_MAX = 255.0  # observations are uint8 frames, scaled to [0, 1] inside the network
@@ -377,9 +289,7 @@ class Agent(nn.Module):
         return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.critic(hidden).squeeze(-1)
 
 
-# ---------------------------------------------------------------------------------------------
-# 4. Algorithm: pure functions of tensors
-# ---------------------------------------------------------------------------------------------
+# 4. Algorithm: pure functions of tensors -----------------------------------------------------
 
 
 def compute_gae(
@@ -414,19 +324,6 @@ def compute_gae(
         last = deltas[t] + carry[t] * last
         advantages[t] = last
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
-
-
-def minibatch_moments(x: torch.Tensor, slices: list[slice]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The mean and std of x in each minibatch; under torchrun, of every process's share of it, in one
-    collective per epoch rather than one per minibatch."""
-    if not dist.is_initialized():
-        return [(x[mb].mean(), x[mb].std()) for mb in slices]
-    sums = torch.stack(
-        [torch.stack([x.new_tensor(mb.stop - mb.start), x[mb].sum(), x[mb].square().sum()]) for mb in slices]
-    )
-    n, total, squares = all_sum(sums).unbind(-1)  # (M,) each
-    mean = total / n
-    return list(zip(mean, ((squares - n * mean**2) / (n - 1)).sqrt()))
 
 
 def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -473,9 +370,10 @@ def clip_fraction(ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
     return ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def linear_schedule(start: float, iteration: int, num_iterations: int) -> float:
-    """start at iteration 1, falling linearly to start / num_iterations at the last iteration."""
-    return start * (1.0 - (iteration - 1.0) / num_iterations)
+def linear_schedule(start: float, step: int, total_steps: int) -> float:
+    """start before the first step, falling linearly toward zero: the last batch of a run of total_steps
+    trains at batch / total_steps of it (CleanRL's schedule)."""
+    return start * (1.0 - step / total_steps)
 
 
 def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
@@ -493,9 +391,13 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)
 
 
-# ---------------------------------------------------------------------------------------------
-# 5. Rollout
-# ---------------------------------------------------------------------------------------------
+def minibatch_slices(batch_size: int, num_minibatches: int) -> list[slice]:
+    """num_minibatches contiguous slices covering range(batch_size), sizes differing by at most one."""
+    bounds = np.linspace(0, batch_size, num_minibatches + 1).round().astype(int)
+    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+# 5. Rollout ----------------------------------------------------------------------------------
 
 
 def torch_dtype(space: gym.spaces.Space) -> torch.dtype:
@@ -569,31 +471,7 @@ def collect_rollout(
     return EnvState(obs, dones[-1]), episodes
 
 
-@torch.no_grad()
-def evaluate(
-    envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
-) -> list[float]:
-    """Raw returns of num_episodes whole episodes (whole games on Atari) of the policy."""
-    returns = []
-    torch.manual_seed(seed)  # the same episodes whenever a policy is evaluated
-    obs, _ = envs.reset(seed=seed)
-    while len(returns) < num_episodes:
-        action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device), greedy=greedy)
-        obs, _, _, _, info = envs.step(action.cpu().numpy())
-        if "_episode" in info:
-            returns += [float(r) for r in info["episode"]["r"][info["_episode"]]]
-    return returns[:num_episodes]
-
-
-# ---------------------------------------------------------------------------------------------
-# 6. Update
-# ---------------------------------------------------------------------------------------------
-
-
-def minibatch_slices(batch_size: int, num_minibatches: int) -> list[slice]:
-    """num_minibatches contiguous slices covering range(batch_size), sizes differing by at most one."""
-    bounds = np.linspace(0, batch_size, num_minibatches + 1).round().astype(int)
-    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+# 6. Update -----------------------------------------------------------------------------------
 
 
 def update(
@@ -670,9 +548,112 @@ def update(
     return metrics
 
 
-# ---------------------------------------------------------------------------------------------
-# 7. Logging and checkpoints
-# ---------------------------------------------------------------------------------------------
+# 7. Training loop ----------------------------------------------------------------------------
+
+
+def advance(progress: dict, iteration: int, batch_size: int, kl_beta: float, episodes: list) -> dict:
+    """The run's progress after an iteration: its steps, the KL penalty's beta, the episodes finished."""
+    return {
+        "global_step": progress["global_step"] + batch_size,
+        "iteration": iteration,
+        "kl_beta": kl_beta,
+        "episodes": progress["episodes"] + len(episodes),
+        "recent_returns": (progress["recent_returns"] + [ret for ret, _, _ in episodes])[-RECENT_EPISODES:],
+    }
+
+
+def main(args: Args) -> dict:
+    """Train a policy (or, with --eval-checkpoint, only evaluate one). The lines marked Part II manage
+    the run (processes, checkpoints, logs) and change no number under plain python."""
+    if args.eval_checkpoint:
+        return evaluate_checkpoint(args) if RANK == 0 else {}
+    args, ckpt, run_dir, progress = start_run(args)  # Part II: a new run, or the one saved in --resume
+    # the budget in whole global batches; a resumed run goes on from the steps it has done
+    last_iteration = progress["iteration"] + (args.total_timesteps - progress["global_step"]) // args.batch_size
+    budget = progress["global_step"] + (last_iteration - progress["iteration"]) * args.batch_size
+    if finished_before(run_dir, progress, last_iteration):
+        return progress
+    device = seed_everything(args)
+    envs = make_envs(args, os.path.basename(run_dir))
+    envs.action_space.seed(args.seed + progress["iteration"])
+    agent = Agent(envs).to(device)
+    start_distributed(agent, device)  # Part II: under torchrun, every process starts from rank 0's weights
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
+    if ckpt:
+        restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # Part II (frozen: see the reset below)
+    buf = Rollout.allocate(envs, args.num_steps, device)
+    prior = normalization_state(envs)  # Part II: the statistics every process starts from
+    obs, _ = envs.reset(seed=env_seed(args, progress["iteration"]))  # a resumed run starts new episodes
+    freeze_normalization(envs, False)  # Part II: a resumed run's statistics did not see that reset
+    state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
+    log, interrupts = RunLog(args, run_dir, progress, budget, ckpt is not None, device), Interrupts()
+
+    for iteration in range(progress["iteration"] + 1, last_iteration + 1):
+        # anneal the learning rate (and with --anneal-clip the clip range) linearly over the budget
+        trained = progress["global_step"]  # steps before this iteration
+        lr = linear_schedule(args.learning_rate, trained, budget) if args.anneal_lr else args.learning_rate
+        optimizer.param_groups[0]["lr"] = lr
+        clip_coef = linear_schedule(args.clip_coef, trained, budget) if args.anneal_clip else args.clip_coef
+
+        state, episodes = collect_rollout(envs, agent, buf, state, device)
+        prior = merge_normalization(envs, prior)  # Part II: under torchrun, every process's statistics
+        with torch.no_grad():
+            next_value = agent.get_value(state.obs)  # V(s_T): bootstraps the rollout's unfinished tail
+        advantages, returns = compute_gae(
+            buf.rewards, buf.values, next_value, buf.terminations, buf.truncations,
+            args.gamma, args.gae_lambda, args.bootstrap_truncation,
+        )  # fmt: skip
+        metrics = update(agent, optimizer, buf, advantages, returns, args, progress["kl_beta"], clip_coef)
+
+        metrics, episodes, signum = gather_iteration(metrics, episodes, interrupts.signum)  # Part II
+        log.episodes(episodes, progress["global_step"])
+        if not all_finite(agent, metrics):  # Part II: stop, keeping the last good checkpoint
+            stop_on_fault(log, iteration, progress["global_step"] + args.batch_size, run_dir)
+        kl_beta = progress["kl_beta"]
+        if args.objective == "kl-adaptive":  # the PPO paper's adaptive KL penalty coefficient
+            kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
+        progress = advance(progress, iteration, args.batch_size, kl_beta, episodes)
+        log.iteration(progress, metrics, learning_rate=lr, clip_coef=clip_coef, kl_beta=kl_beta)
+
+        if signum or iteration == last_iteration or (args.save_every and iteration % args.save_every == 0):
+            save_checkpoint(os.path.join(run_dir, CHECKPOINT), agent, optimizer, envs, args, progress)
+        if signum:  # Part II: Ctrl-C or SIGTERM reached some process: every process stops here, saved
+            stop_on_signal(signum, log, envs, args, run_dir)
+    return finish_run(args, run_dir, progress, agent, envs, log, device)  # Part II: evaluate, summarize
+
+
+# =============================================================================================
+# PART II: RUNNING IT. Processes, checkpoints, evaluation, signals and checks: nothing below changes a
+# number that Part I computes under plain python (one process).
+# =============================================================================================
+
+SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
+CHECKPOINT = "checkpoint.pt"
+EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never used
+RANK = int(os.environ.get("RANK", "0"))  # this process under torchrun; rank 0 alone writes files and logs
+LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
+
+
+# 8. Processes: torchrun's collectives (each one a no-op without a process group) -------------
+
+
+def start_distributed(agent: nn.Module, device: torch.device) -> None:
+    """Under torchrun with more than one process: join the process group (NCCL between GPUs, gloo for
+    what stays on the CPU) and start every process from rank 0's parameters."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return  # plain python, or a single process: no process group, the code path of one process exactly
+    dist.init_process_group(
+        "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
+    )
+    atexit.register(dist.destroy_process_group)
+    for p in agent.parameters():
+        dist.broadcast(p.data, src=0)
+
+
+def env_seed(args: Args, iteration: int) -> int:
+    """The seed of this process's first environment at a (re)start: the environments of the processes are
+    seeded apart, and a resumed run starts from seeds the run has not used."""
+    return args.seed + iteration + RANK * args.num_envs
 
 
 def all_sum(x: torch.Tensor) -> torch.Tensor:
@@ -688,6 +669,19 @@ def global_mean(x: torch.Tensor) -> torch.Tensor:
         return x.mean()
     total, n = all_sum(torch.stack([x.sum(), x.new_tensor(x.numel())]))
     return total / n
+
+
+def minibatch_moments(x: torch.Tensor, slices: list[slice]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The mean and std of x in each minibatch; under torchrun, of every process's share of it, in one
+    collective per epoch rather than one per minibatch."""
+    if not dist.is_initialized():
+        return [(x[mb].mean(), x[mb].std()) for mb in slices]
+    sums = torch.stack(
+        [torch.stack([x.new_tensor(mb.stop - mb.start), x[mb].sum(), x[mb].square().sum()]) for mb in slices]
+    )
+    n, total, squares = all_sum(sums).unbind(-1)  # (M,) each
+    mean = total / n
+    return list(zip(mean, ((squares - n * mean**2) / (n - 1)).sqrt()))
 
 
 def average_gradients(agent: nn.Module, samples: int) -> None:
@@ -745,56 +739,47 @@ def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tenso
     return state
 
 
-class NoWriter:
-    """TensorBoard for the processes other than rank 0: nothing is written."""
+# 9. Checkpoints and resume -------------------------------------------------------------------
 
-    def add_scalar(self, *args, **kwargs) -> None:
-        pass
-
-    add_text = flush = close = add_scalar
-
-
-def hyperparameter_table(args: Args) -> str:
-    derived = {
-        "world_size": args.world_size,
-        "batch_size": args.batch_size,
-        "minibatch_size": args.minibatch_size,
-        "num_iterations": args.num_iterations,
-    }
-    rows = "\n".join(f"|{k}|{v}|" for k, v in (dataclasses.asdict(args) | derived).items())
-    return f"|param|value|\n|-|-|\n{rows}"
+# The running statistics of the normalizing wrappers travel with the checkpoint. ppo_atari.py has no such
+# wrappers (pixels / 255, reward signs): there these functions find nothing and do nothing, and stay so
+# that the two scripts share this code line for line.
+RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
 
 
-def log_scalars(writer: SummaryWriter, scalars: dict[str, float], step: int) -> None:
-    for tag, value in scalars.items():
-        writer.add_scalar(tag, value, step)
+def running_stats(envs: gym.vector.VectorEnv) -> list[tuple[gym.vector.VectorEnv, str]]:
+    """(wrapper, name) of every running statistic in the chain of wrappers around envs."""
+    found = []
+    while hasattr(envs, "env"):
+        found += [(envs, name) for name in RUNNING_STATS if name in vars(envs)]
+        envs = envs.env
+    return found
 
 
-def write_summary(path: str, progress: dict, sps: float | None, wall_time: float, evaluation: dict | None) -> dict:
-    recent = progress["recent_returns"]
-    summary = {
-        "global_step": progress["global_step"],
-        "episodes": progress["episodes"],
-        "mean_return_last_10": float(np.mean(recent)) if recent else None,
-        "eval_mean_return": evaluation["mean_return"] if evaluation else None,
-        "sps": None if sps is None else round(sps, 1),
-        "wall_time_s": round(wall_time, 1),
-    }
-    with open(path, "w") as f:
-        json.dump(summary, f, indent=2)
-    return summary
+def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
+    """The running statistics of every normalizing wrapper around envs, as tensors."""
+    state = {}
+    for wrapper, name in running_stats(envs):
+        rms = vars(wrapper)[name]
+        state |= {f"{name}.mean": torch.as_tensor(rms.mean), f"{name}.var": torch.as_tensor(rms.var)}
+        state[f"{name}.count"] = torch.tensor(float(rms.count))
+    return state
 
 
-def say(message: str, file=None) -> None:
-    """print, from rank 0 alone: under torchrun every process runs the same lines."""
-    if RANK == 0:
-        print(message, file=file)
+def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor], frozen: bool) -> None:
+    """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
+    for wrapper, name in running_stats(envs):
+        rms = vars(wrapper)[name]
+        rms.mean = state[f"{name}.mean"].numpy().astype(rms.mean.dtype)
+        rms.var = state[f"{name}.var"].numpy().astype(rms.var.dtype)
+        rms.count = state[f"{name}.count"].item()
+    freeze_normalization(envs, frozen)
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Bad input ends the program with one line on stderr, no traceback."""
-    say(f"error: {message}", file=sys.stderr)
-    sys.exit(code)
+def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
+    """Stop (or restart) the updates of every normalizing wrapper's running statistics."""
+    for wrapper, _ in running_stats(envs):
+        wrapper.update_running_mean = not frozen
 
 
 def rng_state() -> dict:
@@ -827,7 +812,7 @@ def save_checkpoint(
         "agent": agent.state_dict(),
         "optimizer": optimizer.state_dict(),
         "normalization": normalization_state(envs),
-        "progress": progress,  # global_step, iteration, kl_beta, recent_returns
+        "progress": progress,  # global_step, iteration, kl_beta, episodes, recent_returns
         "rng": gather_objects(rng_state()),  # one per process
     }
     if RANK == 0:
@@ -855,7 +840,8 @@ def load_checkpoint(path: str) -> dict:
 def restore_agent(
     ckpt: dict, envs: gym.vector.VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
 ) -> None:
-    """Load the saved agent (and optimizer) and normalization, after checking they fit these envs."""
+    """Load the saved agent (and optimizer, and this process's RNG streams) and normalization, after
+    checking they fit these envs."""
     spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
     if ckpt["spaces"] != spaces:
         fail(f"the checkpoint is for observation/action spaces {ckpt['spaces']}, the environment has {spaces}")
@@ -866,30 +852,64 @@ def restore_agent(
         load_normalization_state(envs, ckpt["normalization"], frozen)
     except (RuntimeError, KeyError, ValueError) as e:
         fail(f"the checkpoint does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+    if optimizer is not None and RANK < len(ckpt["rng"]):  # a process the saved run lacked keeps its seed
+        set_rng_state(ckpt["rng"][RANK])
 
 
-class Interrupts:
-    """SIGINT and SIGTERM ask the training loop to checkpoint and stop after the current
-    iteration; a second signal exits at once."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self.handle)
-
-    def handle(self, signum: int, frame) -> None:
-        if self.signum is not None:
-            if "WORLD_SIZE" in os.environ and time.time() - self.since < TORCHRUN_ECHO_S:
-                return  # the copy torchrun passes on of the signal this process already got
-            os._exit(128 + signum)
-        self.signum, self.since = signum, time.time()
-        say(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
+def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
+    """A new run, or the one saved in --resume: its Args, checkpoint, folder and progress."""
+    ckpt = load_checkpoint(args.resume) if args.resume else None
+    if ckpt:  # the saved run goes on with its own Args
+        args = dataclasses.replace(ckpt["args"], resume=args.resume)
+    error = check_args(args)
+    if error:
+        fail(error)
+    if ckpt:  # the iteration in this run's global batch, which changes with the number of processes
+        progress = ckpt["progress"] | {"iteration": ckpt["progress"]["global_step"] // args.batch_size}
+        return args, ckpt, os.path.dirname(args.resume) or ".", progress
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
+    return args, None, f"runs/{run_name}", progress
 
 
-def all_finite(agent: Agent, metrics: dict[str, float]) -> bool:
-    losses = (metrics["losses/policy_loss"], metrics["losses/value_loss"])
-    params_finite = torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
-    return all(math.isfinite(x) for x in losses) and bool(params_finite)
+def finished_before(run_dir: str, progress: dict, last_iteration: int) -> bool:
+    """A resumed run that has nothing left to do. (One whose summary is missing was cut during its closing
+    evaluation: the loop runs no iteration and goes straight to that evaluation.)"""
+    finished = progress["iteration"] >= last_iteration and os.path.exists(os.path.join(run_dir, "summary.json"))
+    if finished:
+        say(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
+    return finished
+
+
+def seed_everything(args: Args) -> torch.device:
+    """Seed every RNG and pick the device (CUDA when available and wanted)."""
+    random.seed(args.seed + RANK)  # every process samples its own actions
+    np.random.seed(args.seed + RANK)  # noqa: NPY002 (seeds any library that draws from the global RNG)
+    torch.manual_seed(args.seed + RANK)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    return device
+
+
+# 10. Evaluation ------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(
+    envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
+) -> list[float]:
+    """Raw returns of num_episodes whole episodes (whole games on Atari) of the policy."""
+    returns = []
+    torch.manual_seed(seed)  # the same episodes whenever a policy is evaluated
+    obs, _ = envs.reset(seed=seed)
+    while len(returns) < num_episodes:
+        action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device), greedy=greedy)
+        obs, _, _, _, info = envs.step(action.cpu().numpy())
+        if "_episode" in info:
+            returns += [float(r) for r in info["episode"]["r"][info["_episode"]]]
+    return returns[:num_episodes]
 
 
 def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector.VectorEnv:
@@ -915,11 +935,6 @@ def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: s
     return result
 
 
-# ---------------------------------------------------------------------------------------------
-# 8. Main
-# ---------------------------------------------------------------------------------------------
-
-
 def evaluate_checkpoint(args: Args) -> dict:
     """--eval-checkpoint: the saved policy, with its saved normalization frozen; eval.json beside it."""
     ckpt = load_checkpoint(args.eval_checkpoint)
@@ -937,45 +952,147 @@ def evaluate_checkpoint(args: Args) -> dict:
     return result
 
 
-def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
-    """A new run, or the one saved in --resume: its Args, checkpoint, folder and progress."""
-    ckpt = load_checkpoint(args.resume) if args.resume else None
-    if ckpt:  # the saved run goes on with its own Args
-        args = dataclasses.replace(ckpt["args"], resume=args.resume)
-    error = check_args(args)
-    if error:
-        fail(error)
-    if ckpt:  # the iteration in this run's global batch, which changes with the number of processes
-        progress = ckpt["progress"] | {"iteration": ckpt["progress"]["global_step"] // args.batch_size}
-        return args, ckpt, os.path.dirname(args.resume) or ".", progress
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
-    return args, None, f"runs/{run_name}", progress
+def finish_run(
+    args: Args, run_dir: str, progress: dict, agent: Agent, envs: gym.vector.VectorEnv, log: "RunLog", device
+) -> dict:
+    """After the last iteration rank 0 evaluates the policy (eval.json) and writes summary.json."""
+    log.bar.close()
+    if RANK != 0:
+        envs.close()
+        return progress
+    evaluation = None
+    if args.eval_episodes:
+        eval_envs = make_eval_envs(args, os.path.basename(os.path.abspath(run_dir)), normalization_state(envs))
+        evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
+        eval_envs.close()
+        log.writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
+    recent = progress["recent_returns"]
+    summary = {
+        "global_step": progress["global_step"],
+        "episodes": progress["episodes"],
+        "mean_return_last_10": float(np.mean(recent)) if recent else None,
+        "eval_mean_return": evaluation["mean_return"] if evaluation else None,
+        "sps": None if log.sps is None else round(log.sps, 1),  # None when no iteration ran
+        "wall_time_s": round(time.time() - log.start_time, 1),
+    }
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(json.dumps(summary))
+    envs.close()
+    log.writer.close()
+    return summary
 
 
-def seed_everything(args: Args) -> torch.device:
-    """Seed every RNG and pick the device (CUDA when available and wanted)."""
-    random.seed(args.seed + RANK)  # every process samples its own actions
-    np.random.seed(args.seed + RANK)  # noqa: NPY002 (seeds any library that draws from the global RNG)
-    torch.manual_seed(args.seed + RANK)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() and args.cuda else "cpu")
-    if device.type == "cpu":
-        torch.set_num_threads(CPU_THREADS)
-    return device
+# 11. Signals, checks and logs ----------------------------------------------------------------
+
+TORCHRUN_ECHO_S = 1.0  # torchrun passes on a Ctrl-C its workers already got: within this, not a second one
 
 
-def start_distributed(agent: nn.Module, device: torch.device) -> None:
-    """Under torchrun with more than one process: join the process group (NCCL between GPUs, gloo for
-    what stays on the CPU) and start every process from rank 0's parameters."""
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return  # plain python, or a single process: no process group, today's code path exactly
-    dist.init_process_group(
-        "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
-    )
-    atexit.register(dist.destroy_process_group)
-    for p in agent.parameters():
-        dist.broadcast(p.data, src=0)
+class Interrupts:
+    """SIGINT and SIGTERM ask the training loop to checkpoint and stop after the current
+    iteration; a second signal exits at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self.handle)
+
+    def handle(self, signum: int, frame) -> None:
+        if self.signum is not None:
+            if "WORLD_SIZE" in os.environ and time.time() - self.since < TORCHRUN_ECHO_S:
+                return  # the copy torchrun passes on of the signal this process already got
+            os._exit(128 + signum)
+        self.signum, self.since = signum, time.time()
+        say(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
+
+
+def stop_on_signal(signum: int, log: "RunLog", envs: gym.vector.VectorEnv, args: Args, run_dir: str) -> None:
+    """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
+    log.close()
+    envs.close()
+    checkpoint_path = os.path.join(run_dir, CHECKPOINT)
+    launcher = "python" if args.world_size == 1 else "torchrun (as before)"
+    say(f"saved {checkpoint_path}; resume with: {launcher} {SCRIPT_NAME}.py --resume {checkpoint_path}", sys.stderr)
+    sys.exit(128 + signum)
+
+
+def all_finite(agent: Agent, metrics: dict[str, float]) -> bool:
+    losses = (metrics["losses/policy_loss"], metrics["losses/value_loss"])
+    params_finite = torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
+    return all(math.isfinite(x) for x in losses) and bool(params_finite)
+
+
+def stop_on_fault(log: "RunLog", iteration: int, global_step: int, run_dir: str) -> None:
+    """A non-finite loss or parameter: keep what was logged and the last good checkpoint, exit 1."""
+    log.close()  # keep everything logged up to the fault
+    checkpoint_path = os.path.join(run_dir, CHECKPOINT)
+    untouched = f"the last good checkpoint {checkpoint_path} is untouched"
+    saved = untouched if os.path.exists(checkpoint_path) else "no checkpoint was written"
+    fail(f"non-finite loss or parameters at iteration {iteration} (step {global_step}); {saved}", code=1)
+
+
+def check_args(args: Args) -> str | None:
+    """The first problem with the arguments, or None. Checked before anything is written."""
+    if args.total_timesteps <= 0:
+        return f"--total-timesteps must be positive, got {args.total_timesteps}"
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+    for name in ("save_every", "eval_episodes"):
+        if getattr(args, name) < 0:
+            return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        return (
+            f"--num-minibatches {args.num_minibatches} does not divide the batch of "
+            f"{args.num_envs * args.num_steps} (--num-envs x --num-steps)"
+        )
+    if args.total_timesteps < args.batch_size:
+        return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
+    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
+        return "--learning-rate, --clip-coef and --kl-target must be positive"
+    if args.target_kl is not None and args.target_kl <= 0:
+        return f"--target-kl must be positive, got {args.target_kl}"
+    if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
+        return "--gamma and --gae-lambda must lie in [0, 1]"
+    return check_env(args.env_id)
+
+
+def check_env(env_id: str) -> str | None:
+    """Say why env_id cannot be trained on by this script, or None."""
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        return f"unknown environment {env_id!r}: {e}"
+    if "ale_py" not in str(spec.entry_point):
+        return f"{env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
+    return None
+
+
+def say(message: str, file=None) -> None:
+    """print, from rank 0 alone: under torchrun every process runs the same lines."""
+    if RANK == 0:
+        print(message, file=file)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Bad input ends the program with one line on stderr, no traceback."""
+    say(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+class NoWriter:
+    """TensorBoard for the processes other than rank 0: nothing is written."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    add_text = flush = close = add_scalar
+
+
+def hyperparameter_table(args: Args) -> str:
+    derived = {name: getattr(args, name) for name in ("world_size", "batch_size", "minibatch_size", "num_iterations")}
+    rows = "\n".join(f"|{k}|{v}|" for k, v in (dataclasses.asdict(args) | derived).items())
+    return f"|param|value|\n|-|-|\n{rows}"
 
 
 def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter | NoWriter:
@@ -1003,135 +1120,42 @@ def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWrit
     return writer
 
 
-def main(args: Args) -> dict:
-    if args.eval_checkpoint:
-        return evaluate_checkpoint(args) if RANK == 0 else {}
-    args, ckpt, run_dir, progress = start_run(args)
-    summary_path = os.path.join(run_dir, "summary.json")
-    # a finished run without its summary was cut during the closing evaluation: the loop below runs no
-    # iteration and goes straight to that evaluation
-    if progress["iteration"] >= args.num_iterations and os.path.exists(summary_path):
-        say(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
-        return progress
-    run_name, checkpoint_path = os.path.basename(os.path.abspath(run_dir)), os.path.join(run_dir, CHECKPOINT)
-    device = seed_everything(args)
-    envs = make_envs(args, run_name)
-    envs.action_space.seed(args.seed + progress["iteration"])
-    agent = Agent(envs).to(device)
-    start_distributed(agent, device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
-    if ckpt:
-        restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # until after the reset: see below
-        rngs = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]  # one per process
-        if RANK < len(rngs):  # a process the saved run did not have keeps its own seed
-            set_rng_state(rngs[RANK])
-    sizes = f"batch {args.batch_size} = {args.world_size} x {args.num_envs} envs x {args.num_steps} steps"
-    resuming = f", resuming at step {progress['global_step']}" if ckpt else ""
-    say(f"device: {device}, {sizes}, run: {run_dir}{resuming}")
-    writer = open_writer(args, run_dir, progress["global_step"] if ckpt else None)
-    buf = Rollout.allocate(envs, args.num_steps, device)
-    prior = normalization_state(envs)  # the same in every process until their first observations
-    obs, _ = envs.reset(seed=args.seed + progress["iteration"] + RANK * args.num_envs)  # processes seeded apart
-    freeze_normalization(envs, False)  # a resumed run's statistics hold what the uninterrupted run's held
-    state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
+def log_scalars(writer: SummaryWriter | NoWriter, scalars: dict[str, float], step: int) -> None:
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, step)
 
-    interrupts = Interrupts()
-    start_time, start_step = time.time(), progress["global_step"]
-    sps = None  # this process's steps per second since it started; None while no iteration has run
-    total = args.num_iterations * args.batch_size
-    bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True, disable=RANK != 0)
-    for iteration in range(progress["iteration"] + 1, args.num_iterations + 1):
-        # schedules: linear decay toward zero (the last iteration runs at 1/num_iterations of the start)
-        lr = (
-            linear_schedule(args.learning_rate, iteration, args.num_iterations)
-            if args.anneal_lr
-            else args.learning_rate
-        )
-        optimizer.param_groups[0]["lr"] = lr
-        clip_coef = (
-            linear_schedule(args.clip_coef, iteration, args.num_iterations) if args.anneal_clip else args.clip_coef
-        )
 
-        state, episodes = collect_rollout(envs, agent, buf, state, device)
-        prior = merge_normalization(envs, prior)  # under torchrun: every process's statistics, combined
-        global_step = progress["global_step"] + args.batch_size
+class RunLog:
+    """What a run shows as it goes: TensorBoard, the progress bar and the speed (rank 0 alone writes)."""
 
-        with torch.no_grad():
-            next_value = agent.get_value(state.obs)
-        advantages, returns = compute_gae(
-            buf.rewards,
-            buf.values,
-            next_value,
-            buf.terminations,
-            buf.truncations,
-            args.gamma,
-            args.gae_lambda,
-            args.bootstrap_truncation,
-        )
-        metrics = update(agent, optimizer, buf, advantages, returns, args, progress["kl_beta"], clip_coef)
-        metrics, episodes, signum = gather_iteration(metrics, episodes, interrupts.signum)
-        for ret, length, step in episodes:  # at the global step where each episode ended
+    def __init__(self, args: Args, run_dir: str, progress: dict, budget: int, resumed: bool, device) -> None:
+        sizes = f"batch {args.batch_size} = {args.world_size} x {args.num_envs} envs x {args.num_steps} steps"
+        resuming = f", resuming at step {progress['global_step']}" if resumed else ""
+        say(f"device: {device}, {sizes}, run: {run_dir}{resuming}")
+        self.args, self.writer = args, open_writer(args, run_dir, progress["global_step"] if resumed else None)
+        self.start_time, self.start_step = time.time(), progress["global_step"]
+        self.sps: float | None = None  # this process's steps per second since it started; None before any
+        self.bar = tqdm(total=budget, initial=self.start_step, unit="step", dynamic_ncols=True, disable=RANK != 0)
+
+    def episodes(self, episodes: list[tuple[float, int, int]], start_step: int) -> None:
+        """Each finished episode's raw return and length, at the global step where it ended."""
+        for ret, length, step in episodes:
             episode = {"charts/episodic_return": ret, "charts/episodic_length": length}
-            log_scalars(writer, episode, progress["global_step"] + (step + 1) * args.num_envs * args.world_size)
-        if not all_finite(agent, metrics):
-            bar.close()
-            writer.close()  # keep everything logged up to the fault
-            saved = (
-                f"the last good checkpoint {checkpoint_path} is untouched"
-                if os.path.exists(checkpoint_path)
-                else "no checkpoint was written"
-            )
-            fail(f"non-finite loss or parameters at iteration {iteration} (step {global_step}); {saved}", code=1)
-        kl_beta = progress["kl_beta"]
-        if args.objective == "kl-adaptive":
-            kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
-        recent_returns = (progress["recent_returns"] + [ret for ret, _, _ in episodes])[-RECENT_EPISODES:]
-        progress = {
-            "global_step": global_step,
-            "iteration": iteration,
-            "kl_beta": kl_beta,
-            "episodes": progress["episodes"] + len(episodes),
-            "recent_returns": recent_returns,
-        }
+            log_scalars(self.writer, episode, start_step + (step + 1) * self.args.num_envs * self.args.world_size)
 
-        sps = (global_step - start_step) / (time.time() - start_time)
-        log_scalars(writer, metrics, global_step)
-        charts = {
-            "charts/learning_rate": lr,
-            "charts/clip_coef": clip_coef,
-            "charts/SPS": sps,
-            "charts/kl_beta": kl_beta,
-        }
-        log_scalars(writer, charts, global_step)
-        bar.update(args.batch_size)
-        bar.set_postfix(sps=f"{sps:.0f}", ret=f"{np.mean(recent_returns) if recent_returns else float('nan'):.1f}")
+    def iteration(self, progress: dict, metrics: dict[str, float], **charts: float) -> None:
+        """The update's metrics, the schedules (charts/NAME) and the speed, at the iteration's last step."""
+        global_step, recent = progress["global_step"], progress["recent_returns"]
+        self.sps = (global_step - self.start_step) / (time.time() - self.start_time)
+        log_scalars(self.writer, metrics, global_step)
+        log_scalars(self.writer, {f"charts/{name}": value for name, value in charts.items()}, global_step)
+        self.writer.add_scalar("charts/SPS", self.sps, global_step)
+        self.bar.update(self.args.batch_size)
+        self.bar.set_postfix(sps=f"{self.sps:.0f}", ret=f"{np.mean(recent) if recent else float('nan'):.1f}")
 
-        if signum or iteration == args.num_iterations or (args.save_every and iteration % args.save_every == 0):
-            save_checkpoint(checkpoint_path, agent, optimizer, envs, args, progress)
-        if signum:
-            bar.close()
-            writer.close()
-            envs.close()
-            launcher = "python" if args.world_size == 1 else "torchrun (as before)"
-            resume = f"saved {checkpoint_path}; resume with: {launcher} {SCRIPT_NAME}.py --resume {checkpoint_path}"
-            say(resume, file=sys.stderr)
-            sys.exit(128 + signum)
-    bar.close()
-    if RANK != 0:  # rank 0 alone evaluates and writes the summary
-        envs.close()
-        return progress
-
-    evaluation = None
-    if args.eval_episodes:
-        eval_envs = make_eval_envs(args, run_name, normalization_state(envs))
-        evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
-        eval_envs.close()
-        writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
-    summary = write_summary(summary_path, progress, sps, time.time() - start_time, evaluation)
-    print(json.dumps(summary))
-    envs.close()
-    writer.close()
-    return summary
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.close()
 
 
 if __name__ == "__main__":

@@ -373,9 +373,9 @@ def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var[target - predicted] / Var[target]: 1 is perfect, 0 no better than a constant."""
-    var = target.var()
-    return float("nan") if var == 0 else float(1 - (target - predicted).var() / var)
+    """1 - Var[target - predicted] / Var[target] over every process's samples (1: perfect, 0: a constant's)."""
+    var = global_var(target)
+    return float("nan") if var == 0 else float(1 - global_var(target - predicted) / var)
 
 
 def minibatch_slices(batch_size: int, num_minibatches: int) -> list[slice]:
@@ -422,8 +422,7 @@ class Rollout:
 
 @dataclass
 class EnvState:
-    """What carries over from one rollout to the next: the current observation and whether each
-    environment's last step ended its episode (so that its next step is an autoreset)."""
+    """What carries over from one rollout to the next: the observation, and whether each env's last step ended."""
 
     obs: torch.Tensor
     done: torch.Tensor
@@ -531,7 +530,7 @@ def update(
     if args.objective == "kl-adaptive":  # the adaptive penalty is set by the KL of the whole update
         with torch.no_grad():
             _, newlogprob, _, _ = agent.get_action_and_value(b_obs, b_actions)
-            metrics["losses/final_kl"] = kl_k3(newlogprob - b_logprobs).mean().item()
+            metrics["losses/final_kl"] = global_mean(kl_k3(newlogprob - b_logprobs)).item()
     return metrics
 
 
@@ -570,7 +569,7 @@ def main(args: Args) -> dict:
         restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # Part II (frozen: see the reset below)
     buf = Rollout.allocate(envs, args.num_steps, device)
     prior = normalization_state(envs)  # Part II: the statistics every process starts from
-    obs, _ = envs.reset(seed=env_seed(args, progress["iteration"]))  # a resumed run starts new episodes
+    obs, _ = envs.reset(seed=rank_seed(args.seed) + progress["iteration"])  # a resumed run: new episodes
     freeze_normalization(envs, False)  # Part II: a resumed run's statistics did not see that reset
     state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
     log, interrupts = RunLog(args, run_dir, progress, budget, ckpt is not None, device), Interrupts()
@@ -592,10 +591,9 @@ def main(args: Args) -> dict:
         )  # fmt: skip
         metrics = update(agent, optimizer, buf, advantages, returns, args, progress["kl_beta"], clip_coef)
 
-        metrics, episodes, signum = gather_iteration(metrics, episodes, interrupts.signum)  # Part II
+        metrics, episodes, signum = gather_iteration(metrics, int(buf.real.sum()), episodes, interrupts.signum)
         log.episodes(episodes, progress["global_step"])
-        if not all_finite(agent, metrics):  # Part II: stop, keeping the last good checkpoint
-            stop_on_fault(log, iteration, progress["global_step"] + args.batch_size, run_dir)
+        stop_unless_finite(agent, metrics, log, iteration, run_dir)  # Part II: keeps the last good checkpoint
         kl_beta = progress["kl_beta"]
         if args.objective == "kl-adaptive":  # the PPO paper's adaptive KL penalty coefficient
             kl_beta = adapt_kl_beta(kl_beta, metrics["losses/final_kl"], args.kl_target)
@@ -606,7 +604,7 @@ def main(args: Args) -> dict:
             save_checkpoint(os.path.join(run_dir, CHECKPOINT), agent, optimizer, envs, args, progress)
         if signum:  # Part II: Ctrl-C or SIGTERM reached some process: every process stops here, saved
             stop_on_signal(signum, log, envs, args, run_dir)
-    return finish_run(args, run_dir, progress, agent, envs, log, device)  # Part II: evaluate, summarize
+    return finish_run(args, run_dir, progress, agent, envs, log)  # Part II: evaluate, summarize
 
 
 # =============================================================================================
@@ -629,18 +627,20 @@ def start_distributed(agent: nn.Module, device: torch.device) -> None:
     what stays on the CPU) and start every process from rank 0's parameters."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return  # plain python, or a single process: no process group, the code path of one process exactly
-    dist.init_process_group(
-        "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
-    )
+    on_gpu = device.type == "cuda"
+    dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", device_id=device if on_gpu else None)
     atexit.register(dist.destroy_process_group)
     for p in agent.parameters():
         dist.broadcast(p.data, src=0)
 
 
-def env_seed(args: Args, iteration: int) -> int:
-    """The seed of this process's first environment at a (re)start: the environments of the processes are
-    seeded apart, and a resumed run starts from seeds the run has not used."""
-    return args.seed + iteration + RANK * args.num_envs
+def rank_seed(seed: int) -> int:
+    """This process's seed: --seed itself under plain python; under torchrun one drawn for (seed, rank),
+    so that no two (seed, rank) pairs share a stream (seed + rank would give seed 1's rank 1 the stream of
+    seed 2's rank 0) and every rank's environments are seeded apart."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return seed
+    return int(np.random.SeedSequence(seed, spawn_key=(RANK,)).generate_state(1)[0])
 
 
 def all_sum(x: torch.Tensor) -> torch.Tensor:
@@ -658,17 +658,26 @@ def global_mean(x: torch.Tensor) -> torch.Tensor:
     return total / n
 
 
+def global_var(x: torch.Tensor) -> torch.Tensor:
+    """The variance (n - 1) of x over every process's samples, from the global mean, in float64."""
+    if not dist.is_initialized():
+        return x.var()
+    n, total = all_sum(torch.stack([x.new_tensor(x.numel(), dtype=torch.float64), x.double().sum()]))
+    return all_sum((x.double() - total / n).square().sum()) / (n - 1)
+
+
 def minibatch_moments(x: torch.Tensor, slices: list[slice]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The mean and std of x in each minibatch; under torchrun, of every process's share of it, in one
-    collective per epoch rather than one per minibatch."""
+    """The mean and std of x in each minibatch; under torchrun, of every process's share of it: the mean
+    first, then the centred squares, in float64 (the sum of squares less n mean^2 cancels in float32)."""
     if not dist.is_initialized():
         return [(x[mb].mean(), x[mb].std()) for mb in slices]
-    sums = torch.stack(
-        [torch.stack([x.new_tensor(mb.stop - mb.start), x[mb].sum(), x[mb].square().sum()]) for mb in slices]
-    )
-    n, total, squares = all_sum(sums).unbind(-1)  # (M,) each
-    mean = total / n
-    return list(zip(mean, ((squares - n * mean**2) / (n - 1)).sqrt()))
+    x64 = x.double()
+    n, total = all_sum(
+        torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
+    ).T
+    mean = total / n  # (M,)
+    squares = all_sum(torch.stack([(x64[mb] - m).square().sum() for mb, m in zip(slices, mean)]))
+    return [(m.to(x.dtype), s.to(x.dtype)) for m, s in zip(mean, (squares / (n - 1)).sqrt())]
 
 
 def average_gradients(agent: nn.Module, samples: int) -> None:
@@ -691,15 +700,18 @@ def gather_objects(obj) -> list:
     return everyone
 
 
-def gather_iteration(metrics: dict, episodes: list, signum: int | None) -> tuple[dict, list, int | None]:
-    """Every process's metrics (averaged; the ratio's extremes over all), finished episodes and stop
-    request, so that every process takes the same decisions at the same iteration."""
-    everyone = gather_objects((metrics, episodes, signum))
-    metrics = {k: float(np.mean([m[k] for m, _, _ in everyone])) for k in metrics}
-    metrics["losses/ratio_max"] = max(m["losses/ratio_max"] for m, _, _ in everyone)
-    metrics["losses/ratio_min"] = min(m["losses/ratio_min"] for m, _, _ in everyone)
-    signals = [s for _, _, s in everyone if s]
-    return metrics, [e for _, eps, _ in everyone for e in eps], max(signals) if signals else None
+def gather_iteration(metrics: dict, samples: int, episodes: list, signum: int | None) -> tuple[dict, list, int | None]:
+    """Every process's metrics (weighted by its number of samples: ranks drop different numbers of
+    autoreset steps; the ratio's extremes over all), finished episodes and stop request, so that every
+    process takes the same decisions at the same iteration."""
+    everyone = gather_objects((metrics, samples, episodes, signum))
+    if len(everyone) > 1:
+        total = sum(n for _, n, _, _ in everyone)
+        metrics = {k: sum(m[k] * n for m, n, _, _ in everyone) / total for k in metrics}
+        metrics["losses/ratio_max"] = max(m["losses/ratio_max"] for m, _, _, _ in everyone)
+        metrics["losses/ratio_min"] = min(m["losses/ratio_min"] for m, _, _, _ in everyone)
+    signals = [s for _, _, _, s in everyone if s]
+    return metrics, [e for _, _, eps, _ in everyone for e in eps], max(signals) if signals else None
 
 
 def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -717,20 +729,16 @@ def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tenso
         moments -= extra * torch.cat([n0, n0 * mean0, n0 * (var0 + mean0**2)])
         n, s1, s2 = moments.split([1, mean.numel(), mean.numel()])
         shape = state[f"{name}.mean"].shape
-        state |= {
-            f"{name}.count": n[0],
-            f"{name}.mean": (s1 / n).view(shape),
-            f"{name}.var": (s2 / n - (s1 / n) ** 2).view(shape),
-        }
+        mean, var = (s1 / n).view(shape), (s2 / n - (s1 / n) ** 2).view(shape)
+        state |= {f"{name}.count": n[0], f"{name}.mean": mean, f"{name}.var": var}
     load_normalization_state(envs, state, frozen=False)
     return state
 
 
 # 9. Checkpoints and resume -------------------------------------------------------------------
 
-# The running statistics of the normalizing wrappers travel with the checkpoint. ppo_atari.py has no such
-# wrappers (pixels / 255, reward signs): there these functions find nothing and do nothing, and stay so
-# that the two scripts share this code line for line.
+# The normalizing wrappers' running statistics travel with the checkpoint. ppo_atari.py has none (pixels / 255,
+# reward signs): there these functions find nothing and do nothing, kept so the scripts share this code line for line.
 RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
 
 
@@ -749,7 +757,7 @@ def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
     for wrapper, name in running_stats(envs):
         rms = vars(wrapper)[name]
         state |= {f"{name}.mean": torch.as_tensor(rms.mean), f"{name}.var": torch.as_tensor(rms.var)}
-        state[f"{name}.count"] = torch.tensor(float(rms.count))
+        state[f"{name}.count"] = torch.tensor(rms.count, dtype=torch.float64)  # float32 rounds above 2^24
     return state
 
 
@@ -770,12 +778,11 @@ def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
 
 
 def rng_state() -> dict:
-    numpy_state = np.random.get_state()  # noqa: NPY002 (the global RNG is what gets seeded)
     return {
         "python": random.getstate(),
-        "numpy": [x.tolist() if isinstance(x, np.ndarray) else x for x in numpy_state],
+        "numpy": [x.tolist() if isinstance(x, np.ndarray) else x for x in np.random.get_state()],  # noqa: NPY002
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": [torch.cuda.get_rng_state(LOCAL_RANK)] if torch.cuda.is_available() else [],  # this GPU's
     }
 
 
@@ -783,15 +790,14 @@ def set_rng_state(state: dict) -> None:
     random.setstate((state["python"][0], tuple(state["python"][1]), state["python"][2]))
     np.random.set_state((state["numpy"][0], np.array(state["numpy"][1], dtype=np.uint32), *state["numpy"][2:]))  # noqa: NPY002
     torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and state["cuda"]:
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if torch.cuda.is_available() and state["cuda"]:  # onto this process's GPU, whatever the saving host had
+        torch.cuda.set_rng_state(state["cuda"][0], LOCAL_RANK)
 
 
 def save_checkpoint(
     path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: gym.vector.VectorEnv, args: Args, progress: dict
 ) -> None:
-    """Everything a run needs to go on, written to a temporary file and renamed over path, so a
-    crash while writing leaves the previous checkpoint whole."""
+    """Everything a run needs to go on, written beside path and renamed over it: a crash leaves the last one whole."""
     state = {
         "script": SCRIPT_NAME,
         "spaces": [str(envs.single_observation_space), str(envs.single_action_space)],
@@ -848,31 +854,29 @@ def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
     ckpt = load_checkpoint(args.resume) if args.resume else None
     if ckpt:  # the saved run goes on with its own Args
         args = dataclasses.replace(ckpt["args"], resume=args.resume)
-    error = check_args(args)
-    if error:
+    if error := check_args(args):
         fail(error)
-    if ckpt:  # the iteration in this run's global batch, which changes with the number of processes
-        progress = ckpt["progress"] | {"iteration": ckpt["progress"]["global_step"] // args.batch_size}
-        return args, ckpt, os.path.dirname(args.resume) or ".", progress
+    if ckpt:  # main goes on from the saved step, in batches of this run's number of processes
+        return args, ckpt, os.path.dirname(args.resume) or ".", ckpt["progress"]
     run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
     return args, None, f"runs/{run_name}", progress
 
 
 def finished_before(run_dir: str, progress: dict, last_iteration: int) -> bool:
-    """A resumed run that has nothing left to do. (One whose summary is missing was cut during its closing
-    evaluation: the loop runs no iteration and goes straight to that evaluation.)"""
-    finished = progress["iteration"] >= last_iteration and os.path.exists(os.path.join(run_dir, "summary.json"))
-    if finished:
-        say(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
-    return finished
+    """A resumed run with nothing left to do (one without summary.json was cut in its closing evaluation: redo it)."""
+    if progress["iteration"] < last_iteration or not os.path.exists(os.path.join(run_dir, "summary.json")):
+        return False
+    say(f"{run_dir} already finished at step {progress['global_step']}: nothing to resume")
+    return True
 
 
 def seed_everything(args: Args) -> torch.device:
     """Seed every RNG and pick the device (CUDA when available and wanted)."""
-    random.seed(args.seed + RANK)  # every process samples its own actions
-    np.random.seed(args.seed + RANK)  # noqa: NPY002 (seeds any library that draws from the global RNG)
-    torch.manual_seed(args.seed + RANK)
+    seed = rank_seed(args.seed)  # every process samples its own actions
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 (seeds any library that draws from the global RNG)
+    torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device(f"cuda:{LOCAL_RANK}" if torch.cuda.is_available() and args.cuda else "cpu")
     if device.type == "cpu":
@@ -909,13 +913,8 @@ def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector
 def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: str, device: torch.device) -> dict:
     """Evaluate, print mean +- std of the raw return, and write the figures to path (eval.json)."""
     returns = evaluate(envs, agent, args.eval_episodes, not args.eval_stochastic, args.seed + EVAL_SEED_OFFSET, device)
-    result = {
-        "episodes": len(returns),
-        "mean_return": float(np.mean(returns)),
-        "std_return": float(np.std(returns)),
-        "greedy": not args.eval_stochastic,
-        "returns": returns,
-    }
+    result = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns))}
+    result |= {"greedy": not args.eval_stochastic, "returns": returns}
     print(f"eval: {result['mean_return']:.1f} +- {result['std_return']:.1f} over {len(returns)} episodes")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
@@ -940,9 +939,10 @@ def evaluate_checkpoint(args: Args) -> dict:
 
 
 def finish_run(
-    args: Args, run_dir: str, progress: dict, agent: Agent, envs: gym.vector.VectorEnv, log: "RunLog", device
+    args: Args, run_dir: str, progress: dict, agent: Agent, envs: gym.vector.VectorEnv, log: "RunLog"
 ) -> dict:
     """After the last iteration rank 0 evaluates the policy (eval.json) and writes summary.json."""
+    device = next(agent.parameters()).device
     log.bar.close()
     if RANK != 0:
         envs.close()
@@ -954,14 +954,11 @@ def finish_run(
         eval_envs.close()
         log.writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
     recent = progress["recent_returns"]
-    summary = {
-        "global_step": progress["global_step"],
-        "episodes": progress["episodes"],
-        "mean_return_last_10": float(np.mean(recent)) if recent else None,
-        "eval_mean_return": evaluation["mean_return"] if evaluation else None,
-        "sps": None if log.sps is None else round(log.sps, 1),  # None when no iteration ran
-        "wall_time_s": round(time.time() - log.start_time, 1),
-    }
+    summary = {"global_step": progress["global_step"], "episodes": progress["episodes"]}
+    summary["mean_return_last_10"] = float(np.mean(recent)) if recent else None
+    summary["eval_mean_return"] = evaluation["mean_return"] if evaluation else None
+    summary["sps"] = None if log.sps is None else round(log.sps, 1)  # None when no iteration ran
+    summary["wall_time_s"] = round(time.time() - log.start_time, 1)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary))
@@ -972,12 +969,11 @@ def finish_run(
 
 # 11. Signals, checks and logs ----------------------------------------------------------------
 
-TORCHRUN_ECHO_S = 1.0  # torchrun passes on a Ctrl-C its workers already got: within this, not a second one
-
 
 class Interrupts:
-    """SIGINT and SIGTERM ask the training loop to checkpoint and stop after the current
-    iteration; a second signal exits at once."""
+    """SIGINT and SIGTERM ask the loop to checkpoint and stop after this iteration. Under plain python a second one
+    quits at once (the checkpoint on disk stays whole: only a rename replaces it); under torchrun later ones are
+    torchrun's own copies (of a Ctrl-C; to all once one worker exits), ignored: no worker is cut short saving."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -985,12 +981,12 @@ class Interrupts:
             signal.signal(sig, self.handle)
 
     def handle(self, signum: int, frame) -> None:
-        if self.signum is not None:
-            if "WORLD_SIZE" in os.environ and time.time() - self.since < TORCHRUN_ECHO_S:
-                return  # the copy torchrun passes on of the signal this process already got
+        if self.signum is None:
+            self.signum = signum
+            again = "" if "WORLD_SIZE" in os.environ else " (again to quit now)"
+            say(f"\n{signal.Signals(signum).name}: stopping after this iteration{again}", sys.stderr)
+        elif "WORLD_SIZE" not in os.environ:
             os._exit(128 + signum)
-        self.signum, self.since = signum, time.time()
-        say(f"\n{signal.Signals(signum).name}: stopping after this iteration (again to quit now)", file=sys.stderr)
 
 
 def stop_on_signal(signum: int, log: "RunLog", envs: gym.vector.VectorEnv, args: Args, run_dir: str) -> None:
@@ -1003,19 +999,16 @@ def stop_on_signal(signum: int, log: "RunLog", envs: gym.vector.VectorEnv, args:
     sys.exit(128 + signum)
 
 
-def all_finite(agent: Agent, metrics: dict[str, float]) -> bool:
+def stop_unless_finite(agent: Agent, metrics: dict[str, float], log: "RunLog", iteration: int, run_dir: str) -> None:
+    """A non-finite loss or parameter ends the run (exit 1), keeping what was logged and the last checkpoint."""
     losses = (metrics["losses/policy_loss"], metrics["losses/value_loss"])
-    params_finite = torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
-    return all(math.isfinite(x) for x in losses) and bool(params_finite)
-
-
-def stop_on_fault(log: "RunLog", iteration: int, global_step: int, run_dir: str) -> None:
-    """A non-finite loss or parameter: keep what was logged and the last good checkpoint, exit 1."""
+    if all(math.isfinite(x) for x in losses) and all(torch.isfinite(p).all() for p in agent.parameters()):
+        return
     log.close()  # keep everything logged up to the fault
     checkpoint_path = os.path.join(run_dir, CHECKPOINT)
     untouched = f"the last good checkpoint {checkpoint_path} is untouched"
     saved = untouched if os.path.exists(checkpoint_path) else "no checkpoint was written"
-    fail(f"non-finite loss or parameters at iteration {iteration} (step {global_step}); {saved}", code=1)
+    fail(f"non-finite loss or parameters at iteration {iteration}; {saved}", code=1)
 
 
 def check_args(args: Args) -> str | None:
@@ -1029,10 +1022,8 @@ def check_args(args: Args) -> str | None:
         if getattr(args, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
     if (args.num_envs * args.num_steps) % args.num_minibatches:
-        return (
-            f"--num-minibatches {args.num_minibatches} does not divide the batch of "
-            f"{args.num_envs * args.num_steps} (--num-envs x --num-steps)"
-        )
+        batch = f"the batch of {args.num_envs * args.num_steps} (--num-envs x --num-steps)"
+        return f"--num-minibatches {args.num_minibatches} does not divide {batch}"
     if args.total_timesteps < args.batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
     if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
@@ -1076,16 +1067,9 @@ def fail(message: str, code: int = 2) -> None:
 class NoWriter:
     """TensorBoard for the processes other than rank 0: nothing is written."""
 
-    def add_scalar(self, *args, **kwargs) -> None:
-        pass
+    def add_scalar(self, *args, **kwargs) -> None: ...
 
-    add_text = flush = close = add_scalar
-
-
-def hyperparameter_table(args: Args) -> str:
-    derived = {name: getattr(args, name) for name in ("world_size", "batch_size", "minibatch_size", "num_iterations")}
-    rows = "\n".join(f"|{k}|{v}|" for k, v in (dataclasses.asdict(args) | derived).items())
-    return f"|param|value|\n|-|-|\n{rows}"
+    add_text = close = add_scalar
 
 
 def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter | NoWriter:
@@ -1098,24 +1082,14 @@ def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWrit
             import wandb
         except ImportError:
             fail("--track needs Weights & Biases: pip install wandb")
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=dataclasses.asdict(args),
-            name=run_name,
-            save_code=True,
-            resume="allow",
-        )
+        run = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "resume": "allow"}
+        wandb.init(**run, sync_tensorboard=True, config=dataclasses.asdict(args), save_code=True)
     writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)
-    if resumed_at is None:
-        writer.add_text("hyperparameters", hyperparameter_table(args))
+    if resumed_at is None:  # the hyperparameters, the derived sizes with them
+        derived = {k: getattr(args, k) for k in ("world_size", "batch_size", "minibatch_size", "num_iterations")}
+        rows = "\n".join(f"|{k}|{v}|" for k, v in (dataclasses.asdict(args) | derived).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
     return writer
-
-
-def log_scalars(writer: SummaryWriter | NoWriter, scalars: dict[str, float], step: int) -> None:
-    for tag, value in scalars.items():
-        writer.add_scalar(tag, value, step)
 
 
 class RunLog:
@@ -1133,16 +1107,17 @@ class RunLog:
     def episodes(self, episodes: list[tuple[float, int, int]], start_step: int) -> None:
         """Each finished episode's raw return and length, at the global step where it ended."""
         for ret, length, step in episodes:
-            episode = {"charts/episodic_return": ret, "charts/episodic_length": length}
-            log_scalars(self.writer, episode, start_step + (step + 1) * self.args.num_envs * self.args.world_size)
+            at = start_step + (step + 1) * self.args.num_envs * self.args.world_size
+            self.writer.add_scalar("charts/episodic_return", ret, at)
+            self.writer.add_scalar("charts/episodic_length", length, at)
 
     def iteration(self, progress: dict, metrics: dict[str, float], **charts: float) -> None:
         """The update's metrics, the schedules (charts/NAME) and the speed, at the iteration's last step."""
         global_step, recent = progress["global_step"], progress["recent_returns"]
         self.sps = (global_step - self.start_step) / (time.time() - self.start_time)
-        log_scalars(self.writer, metrics, global_step)
-        log_scalars(self.writer, {f"charts/{name}": value for name, value in charts.items()}, global_step)
-        self.writer.add_scalar("charts/SPS", self.sps, global_step)
+        scalars = metrics | {f"charts/{name}": value for name, value in charts.items()} | {"charts/SPS": self.sps}
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, global_step)
         self.bar.update(self.args.batch_size)
         self.bar.set_postfix(sps=f"{self.sps:.0f}", ret=f"{np.mean(recent) if recent else float('nan'):.1f}")
 

@@ -13,5 +13,5 @@ python -c "import torch; print(f'gpu: {torch.cuda.get_device_name(0)} x {torch.c
 pytest -q -rs tests/test_distributed.py -k "cuda or nccl" 2>&1 | tail -n 3
 nproc=$((gpus >= 2 ? 2 : 1))
 for script in ppo_continuous.py ppo_atari.py; do
-    python benchmarks/scaling.py --script "$script" --nproc "$nproc" --iterations 10 --runs 1 | sed "s/^/cuda: /"
+    python benchmarks/speed.py --script "$script" --processes "$nproc" --iterations 10 --runs 1 --sps-only | sed "s/^/cuda: /"
 done

@@ -1,8 +1,8 @@
-"""Build the README's results tables from the run folders that benchmarks/evidence.py made.
+"""Build the README's results tables from the run folders that benchmarks/grid.py made.
 
     python benchmarks/tables.py                   # every table whose runs exist, as Markdown
     python benchmarks/tables.py --per-seed        # and every run's own figures
-    python benchmarks/tables.py --dir evidence    # where evidence.py put runs/
+    python benchmarks/tables.py --dir evidence    # where grid.py put runs/
 
 Figures, per run: the mean of its last 10 training episodes and of its closing greedy evaluation (10
 episodes, the mean action), both from summary.json, and the mean of its last 100 training episodes
@@ -19,10 +19,8 @@ import json
 import os
 import sys
 
+import grid
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import evidence  # noqa: E402
 
 LAST_EPISODES = 100  # the PPO paper scores a run by its last 100 training episodes
 RANDOM_EPISODES = 100
@@ -94,7 +92,7 @@ def read_run(folder: str) -> dict:
 def collect(runs_dir: str, grid_name: str) -> dict[tuple[str, str], list[dict]]:
     """{(variant, env): [each finished seed's figures]} of one grid."""
     found: dict[tuple[str, str], list[dict]] = {}
-    for run in evidence.grid(grid_name):
+    for run in grid.grid_runs(grid_name):
         state, folder = run.state(runs_dir)
         if state == "done":
             found.setdefault((run.variant, run.env_id), []).append(read_run(folder) | {"seed": run.seed})
@@ -147,7 +145,7 @@ RESULTS_HEADS = {
 def results_table(runs_dir: str) -> list[str]:
     """The defaults' results per env: MuJoCo beside CleanRL and the paper, Atari beside a random agent."""
     lines = []
-    for grid_name, envs, digits in (("mujoco", evidence.MUJOCO_ENVS, 0), ("atari", evidence.ATARI_ENVS, 1)):
+    for grid_name, envs, digits in (("mujoco", grid.MUJOCO_ENVS, 0), ("atari", grid.ATARI_ENVS, 1)):
         found = collect(runs_dir, grid_name)
         if not found:
             continue
@@ -169,7 +167,7 @@ def results_table(runs_dir: str) -> list[str]:
 def normalized_scores(found: dict, variants: list[str], random: dict[str, float]) -> dict[str, list[float]]:
     """{variant: every run's score}, random = 0 and the best variant's mean last-100 return = 1 per env."""
     scores: dict[str, list[float]] = {v: [] for v in variants}
-    for env_id in evidence.SMALL_ENVS:
+    for env_id in grid.SMALL_ENVS:
         means = [np.mean([r["last_100"] for r in found[(v, env_id)]]) for v in variants if (v, env_id) in found]
         if not means:
             continue
@@ -184,7 +182,7 @@ def normalized_scores(found: dict, variants: list[str], random: dict[str, float]
 
 def env_cells(found: dict, variant: str) -> list[str]:
     cells = []
-    for env_id in evidence.SMALL_ENVS:
+    for env_id in grid.SMALL_ENVS:
         runs = found.get((variant, env_id), [])
         cells.append(f"{pm([r['last_100'] for r in runs])} ({len(runs)})" if runs else "-")
     return cells
@@ -192,7 +190,7 @@ def env_cells(found: dict, variant: str) -> list[str]:
 
 def ablation_table(found: dict, variants: list[str], names: dict, random: dict, paper: dict | None) -> list[str]:
     scores = normalized_scores(found, variants, random)
-    envs = " | ".join(e.removesuffix("-v4") for e in evidence.SMALL_ENVS)
+    envs = " | ".join(e.removesuffix("-v4") for e in grid.SMALL_ENVS)
     head = f"| setting | {envs} | normalized score | runs |" + (" PPO paper |" if paper else "")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for v in variants:
@@ -215,23 +213,23 @@ def per_seed(grids: dict[str, dict]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", default=evidence.DEFAULT_DIR, help="the folder holding runs/")
+    parser.add_argument("--dir", default=grid.DEFAULT_DIR, help="the folder holding runs/")
     parser.add_argument("--per-seed", action="store_true", help="also list every run's figures")
     args = parser.parse_args()
     runs_dir = os.path.join(args.dir, "runs")
     if not os.path.isdir(runs_dir):
-        sys.exit(f"error: no {runs_dir}: run benchmarks/evidence.py first")
+        sys.exit(f"error: no {runs_dir}: run benchmarks/grid.py first")
     lines = results_table(runs_dir)
     table1, details = collect(runs_dir, "table1"), collect(runs_dir, "details")
     if table1 or details:
-        random = random_returns(list(evidence.SMALL_ENVS), os.path.join(args.dir, "random.json"))
-        lines += ["Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in evidence.SMALL_ENVS), ""]
+        random = random_returns(list(grid.SMALL_ENVS), os.path.join(args.dir, "random.json"))
+        lines += ["Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS), ""]
     if table1:
-        lines += ablation_table(table1, list(evidence.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1)
+        lines += ablation_table(table1, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1)
     if details:
         # the defaults of the details grid are table1's clip 0.2 runs
         merged = details | {("default", e): runs for (v, e), runs in table1.items() if v == "clip-0.2"}
-        lines += ablation_table(merged, ["default", *evidence.DETAILS_VARIANTS], DETAILS_NAMES, random, None)
+        lines += ablation_table(merged, ["default", *grid.DETAILS_VARIANTS], DETAILS_NAMES, random, None)
     if args.per_seed:
         lines += per_seed(
             {

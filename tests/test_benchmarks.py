@@ -1,39 +1,46 @@
 """The benchmark tools run and report what they promise (their figures come from real runs)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import cores
+import grid
 import numpy as np
+import plot_curves
 import pytest
+import speed
+import tables
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_run_seeds_runs_seeds_in_parallel_with_the_threads_split(tmp_path):
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "512", "--eval-episodes", "0"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_seeds.py"), "--script", str(ROOT / "ppo_continuous.py")]
-        + ["--seeds", "1", "2", "--parallel", "2", "--", *flags],
-        cwd=tmp_path,
+def run_tool(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+    """python benchmarks/{args}, as a user runs it (its own folder on sys.path, nothing of pytest's)."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:]],
+        cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("OMP_NUM_THREADS=") == 2
-    assert "seed 1: final return" in proc.stdout and "seed 2: final return" in proc.stdout
-    assert "over 2 seeds" in proc.stdout
-    assert len(list((tmp_path / "runs").iterdir())) == 2
 
 
-# --- benchmarks/evidence.py, tables.py and plot_curves.py: the README's tables and figures -------------------
+def test_usable_cores_are_omp_num_threads_when_set_else_the_affinity(monkeypatch):
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert cores.usable_cores() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert cores.usable_cores() == 5
+    monkeypatch.setenv("OMP_NUM_THREADS", "0")  # not a thread count: the affinity
+    assert cores.usable_cores() == 3
+    assert grid.usable_cores is speed.usable_cores is cores.usable_cores  # one helper, imported by both
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import plot_curves  # noqa: E402
 
-import evidence  # noqa: E402
+# --- benchmarks/grid.py, tables.py and plot_curves.py: the README's tables and figures -------------------
 
 
 def fake_run(
@@ -57,10 +64,10 @@ def fake_run(
     return folder
 
 
-def test_evidence_grids_are_the_protocols_seed_major():
-    table1, details = evidence.grid("table1"), evidence.grid("details")
+def test_named_grids_are_the_protocols_seed_major():
+    table1, details = grid.grid_runs("table1"), grid.grid_runs("details")
     assert len(table1) == 6 * 3 * 2 and len(details) == 4 * 3 * 2
-    assert len(evidence.grid("mujoco")) == 5 * 3 and len(evidence.grid("atari")) == 3
+    assert len(grid.grid_runs("mujoco")) == 5 * 3 and len(grid.grid_runs("atari")) == 3
     assert {r.steps for r in table1 + details} == {300_000}
     assert [r.seed for r in table1] == sorted(r.seed for r in table1)  # a cut grid has every setting on seed 1
     flags = {r.variant: r.flags for r in table1}
@@ -78,16 +85,16 @@ def test_evidence_grids_are_the_protocols_seed_major():
         "no-bootstrap-truncation": ("--no-bootstrap-truncation",),
         "gymnasium-reward-norm": (),
     }
-    assert {r.steps for r in evidence.grid("mujoco") + evidence.grid("atari")} == {1_000_000}
-    assert {r.flags for r in evidence.grid("mujoco") + evidence.grid("atari")} == {()}  # the defaults
-    assert {(r.env_id, r.seed) for r in evidence.grid("mujoco")} == {
-        (e, s) for e in evidence.MUJOCO_ENVS for s in (1, 2, 3)
+    assert {r.steps for r in grid.grid_runs("mujoco") + grid.grid_runs("atari")} == {1_000_000}
+    assert {r.flags for r in grid.grid_runs("mujoco") + grid.grid_runs("atari")} == {()}  # the defaults
+    assert {(r.env_id, r.seed) for r in grid.grid_runs("mujoco")} == {
+        (e, s) for e in grid.MUJOCO_ENVS for s in (1, 2, 3)
     }
-    assert evidence.grid("atari")[0].script == "ppo_atari.py" and table1[0].script == "ppo_continuous.py"
+    assert grid.grid_runs("atari")[0].script == "ppo_atari.py" and table1[0].script == "ppo_continuous.py"
 
 
-def test_evidence_resumes_a_cut_run_and_skips_a_finished_one(tmp_path):
-    run = evidence.Run("table1", "none", "Hopper-v4", 2, 300_000, ("--objective", "none"))
+def test_a_run_is_resumed_when_cut_and_skipped_when_finished(tmp_path):
+    run = grid.Run("table1", "none", "Hopper-v4", 2, 300_000, ("--objective", "none"))
     assert run.state(str(tmp_path)) == ("missing", None)
     command = run.command(str(tmp_path))
     assert command[1:] == [
@@ -95,7 +102,8 @@ def test_evidence_resumes_a_cut_run_and_skips_a_finished_one(tmp_path):
         *("--env-id", "Hopper-v4", "--seed", "2", "--total-timesteps", "300000", "--exp-name", "table1-none"),
         *("--save-every", "10", "--objective", "none", "--no-cuda"),
     ]
-    assert "--no-cuda" not in evidence.grid("atari")[0].command(str(tmp_path))  # the CNN wants a GPU where there is one
+    atari = grid.grid_runs("atari")[0]
+    assert "--no-cuda" not in atari.command(str(tmp_path))  # the CNN wants a GPU where there is one
     cut = fake_run(tmp_path, "Hopper-v4", "table1-none", 2, [1.0], done=False)
     assert run.state(str(tmp_path)) == ("cut", str(cut))
     assert run.command(str(tmp_path))[-2:] == ["--resume", str(cut / "checkpoint.pt")]
@@ -110,10 +118,10 @@ def test_evidence_resumes_a_cut_run_and_skips_a_finished_one(tmp_path):
 
 
 def test_a_cut_patched_variant_resumes_with_its_patch(tmp_path):
-    run = evidence.Run("details", "gymnasium-reward-norm", "Hopper-v4", 1, 300_000, ())
+    run = grid.Run("details", "gymnasium-reward-norm", "Hopper-v4", 1, 300_000, ())
     cut = fake_run(tmp_path, "Hopper-v4", "details-gymnasium-reward-norm", 1, [1.0], done=False)
     command = run.command(str(tmp_path))
-    assert command[1] == "-c" and evidence.VARIANT_PATCHES["gymnasium-reward-norm"] in command[2]
+    assert command[1] == "-c" and grid.VARIANT_PATCHES["gymnasium-reward-norm"] in command[2]
     assert command[3:] == ["--resume", str(cut / "checkpoint.pt")]
 
 
@@ -136,59 +144,96 @@ print("trained", folder)
 """
 
 
-def test_evidence_runs_what_is_missing_resumes_what_is_cut_and_counts_failures(tmp_path, monkeypatch, capsys):
+def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_counts_failures(
+    tmp_path, monkeypatch, capsys
+):
     repo, runs_dir = tmp_path / "repo", tmp_path / "evidence" / "runs"
     repo.mkdir()
     (repo / "ppo_continuous.py").write_text(FAKE_SCRIPT)
-    monkeypatch.setattr(evidence, "ROOT", str(repo))
-    monkeypatch.setattr(evidence, "POLL_S", 0.05)
-    monkeypatch.setattr(evidence.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
-    make = lambda variant, env_id: evidence.Run("table1", variant, env_id, 1, 2048, ())  # noqa: E731
+    monkeypatch.setattr(grid, "ROOT", str(repo))
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    make = lambda variant, env_id: grid.Run("table1", variant, env_id, 1, 2048, ())  # noqa: E731
     missing, cut, done = make("a", "Hopper-v4"), make("b", "Hopper-v4"), make("c", "Hopper-v4")
     failing, unfinished = make("fail", "Hopper-v4"), make("nosummary", "Hopper-v4")
+    (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--clip-coef", "0.1", "--env-id", "Hopper-v4"], "x")
     cut_folder = fake_run(runs_dir, "Hopper-v4", "table1-b", 1, [1.0], done=False)
     fake_run(runs_dir, "Hopper-v4", "table1-c", 1, [1.0])
-    failed = evidence.run([missing, cut, done, failing, unfinished], str(runs_dir), parallel=2)
+    failed = grid.run([missing, cut, done, failing, unfinished, ad_hoc], str(runs_dir), parallel=2)
     out = capsys.readouterr().out
-    assert failed == 2 and "1 of 5 done; 4 to go, 2 at a time" in out
+    assert failed == 2 and "1 of 6 done; 5 to go, 2 at a time, OMP_NUM_THREADS=2 each" in out
     assert "FAILED Hopper-v4 table1-fail seed 1 (exit 3)" in out
     assert "table1-nosummary seed 1 (exit 0 without summary.json" in out
     calls = [json.loads(line) for line in (repo / "calls.jsonl").read_text().splitlines()]
-    assert len(calls) == 4  # the finished run is not started again
+    assert len(calls) == 5  # the finished run is not started again
     assert {c["threads"] for c in calls} == {"2"} and {c["cwd"] for c in calls} == {str(runs_dir.parent)}
     assert ["--resume", str(cut_folder / "checkpoint.pt")] in [c["argv"] for c in calls]
-    assert missing.state(str(runs_dir))[0] == cut.state(str(runs_dir))[0] == "done"
-    assert len(list((runs_dir.parent / "logs").glob("*.log"))) == 4 and not list(runs_dir.glob("*.log"))
+    # the ad-hoc run gets its flags as given: no --no-cuda of the named grids'
+    assert [*("--env-id", "Hopper-v4", "--seed", "1", "--exp-name", "seeds-x", "--save-every", "10")] + [
+        *("--clip-coef", "0.1")
+    ] in [c["argv"] for c in calls]
+    assert missing.state(str(runs_dir))[0] == cut.state(str(runs_dir))[0] == ad_hoc.state(str(runs_dir))[0] == "done"
+    assert len(list((runs_dir.parent / "logs").glob("*.log"))) == 5 and not list(runs_dir.glob("*.log"))
     assert "trained" in (runs_dir.parent / "logs" / "Hopper-v4__table1-a__1.log").read_text()
 
 
-def test_evidence_status_lists_every_first_seed_before_any_second(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "evidence.py"),
-            "status",
-            "table1",
-            "details",
-            "--dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_grid_status_lists_every_first_seed_before_any_second(tmp_path):
+    out = run_tool("grid.py", "status", "table1", "details", "--dir", str(tmp_path), timeout=60)
     assert out.returncode == 0, out.stderr
     seeds = [line.split()[-1] for line in out.stdout.splitlines()]
     assert seeds == ["1"] * 30 + ["2"] * 30
     assert {line.split()[0] for line in out.stdout.splitlines()} == {"missing"}
 
 
+def test_an_ad_hoc_grid_is_named_by_its_flags_and_leaves_the_runs_own_flags_to_grid_py(capsys):
+    a = grid.seed_runs("ppo_continuous.py", [1, 2], ["--env-id", "Hopper-v4", "--clip-coef", "0.1"])
+    b = grid.seed_runs("ppo_continuous.py", [1], ["--env-id=Hopper-v4", "--clip-coef", "0.3"])
+    c = grid.seed_runs("ppo_atari.py", [1], ["--env-id", "Hopper-v4", "--clip-coef", "0.1"])
+    assert [r.seed for r in a] == [1, 2] and {r.env_id for r in a + b} == {"Hopper-v4"}
+    assert a[0].flags == ("--clip-coef", "0.1") and a[0].script == "ppo_continuous.py" and c[0].script == "ppo_atari.py"
+    assert a[0].exp_name.startswith("seeds-ppo_continuous-") and len({a[0].exp_name, b[0].exp_name, c[0].exp_name}) == 3
+    named = grid.seed_runs("ppo_continuous.py", [1], ["--clip-coef", "0.1", "--env-id", "Hopper-v4"], "n")
+    assert named[0].exp_name == "seeds-n"
+    default_env = grid.seed_runs("ppo_continuous.py", [3], [])[0]
+    assert default_env.env_id is None and "--env-id" not in default_env.command("/nowhere")
+    for argv, why in (
+        ([], "say `run` or `status`"),
+        (["run", "nogrid"], "unknown grids"),
+        (["run", "table1", "--", "--clip-coef", "0.1"], "flags after -- are for an ad-hoc grid"),
+        (["--seeds", "1", "--", "--seed", "3"], "are grid.py's to set"),
+        (["run", "table1", "--seeds", "1"], "no named grids beside it"),
+    ):
+        with pytest.raises(SystemExit):
+            grid.main(argv)
+        assert why in capsys.readouterr().err
+
+
+def test_grid_runs_one_config_over_seeds_in_parallel_and_prints_each_seeds_return_and_sps(tmp_path):
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "512", "--eval-episodes", "0"]
+    env = os.environ | {"OMP_NUM_THREADS": "4"}
+    proc = run_tool("grid.py", "--seeds", "1", "2", "--parallel", "2", "--", *flags, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    assert "0 of 2 done; 2 to go, 2 at a time, OMP_NUM_THREADS=2 each" in proc.stdout
+    assert proc.stdout.count("start Pendulum-v1 seeds-ppo_continuous-") == 2
+    for seed in (1, 2):
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"seed {seed}: final return"))
+        sps = float(line.split(", ")[1].removesuffix(" SPS"))
+        assert sps > 0 and "Pendulum-v1__seeds-ppo_continuous-" in line
+    assert "over 2 seeds" in proc.stdout and "median SPS" in proc.stdout
+    assert len(list((tmp_path / "runs").iterdir())) == 2 and len(list((tmp_path / "logs").iterdir())) == 2
+    again = run_tool("grid.py", "run", "--seeds", "1", "2", "--", *flags, cwd=tmp_path, env=env)
+    assert "2 of 2 done; 0 to go" in again.stdout and "over 2 seeds" in again.stdout  # found again, not rerun
+    status = run_tool("grid.py", "status", "--seeds", "1", "2", "3", "--", *flags, cwd=tmp_path, env=env)
+    assert [line.split()[0] for line in status.stdout.splitlines()] == ["done", "done", "missing"]
+
+
 def run_variant(tmp_path: Path, variant: str) -> dict:
-    """Run a details variant for one iteration on Pendulum through evidence's own command; its checkpoint."""
+    """Run a details variant for one iteration on Pendulum through grid.py's own command; its checkpoint."""
     import torch
 
-    flags = (*evidence.DETAILS_VARIANTS[variant], "--eval-episodes", "0")
-    run = evidence.Run("details", variant, "Pendulum-v1", 1, 2048, flags)
+    flags = (*grid.DETAILS_VARIANTS[variant], "--eval-episodes", "0")
+    run = grid.Run("details", variant, "Pendulum-v1", 1, 2048, flags)
     tmp_path.mkdir()
     proc = subprocess.run(
         run.command(str(tmp_path / "runs")), cwd=tmp_path, capture_output=True, text=True, timeout=300
@@ -197,7 +242,7 @@ def run_variant(tmp_path: Path, variant: str) -> dict:
     return torch.load(run.state(str(tmp_path / "runs"))[1] + "/checkpoint.pt", weights_only=False)
 
 
-def test_evidence_variants_change_exactly_their_detail(tmp_path):
+def test_details_variants_change_exactly_their_detail(tmp_path):
     default = run_variant(tmp_path / "a", "clip-vloss")
     assert default["args"]["clip_vloss"]
     wide = run_variant(tmp_path / "b", "init-std-1.0")
@@ -215,7 +260,7 @@ def test_tables_score_runs_as_the_ppo_paper_does(tmp_path):
     runs = tmp_path / "runs"
     random = {"HalfCheetah-v4": -100.0, "Hopper-v4": -200.0, "Walker2d-v4": 0.0}  # measured once, cached
     (tmp_path / "random.json").write_text(json.dumps(random))
-    for env_id in evidence.SMALL_ENVS:
+    for env_id in grid.SMALL_ENVS:
         for seed, a, b in ((1, 200, 50), (2, 400, 150)):
             fake_run(runs, env_id, "table1-clip-0.2", seed, [0.0] * 50 + [a] * 100, evaluation=a + 1)
             # last 100 episodes average b, the last 10 b + 10: the paper's score takes the last 100
@@ -255,9 +300,6 @@ def test_tables_score_runs_as_the_ppo_paper_does(tmp_path):
 
 
 def test_random_policy_returns_are_measured_once_and_cached(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import tables
-
     cache = tmp_path / "random.json"
     measured = tables.random_returns(["Pendulum-v1"], str(cache))["Pendulum-v1"]
     assert -1400 < measured < -1000  # the mean of 100 random episodes (their best is near -750)
@@ -270,7 +312,7 @@ def test_tables_refuse_a_folder_without_runs(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "tables.py"), "--dir", str(tmp_path)], capture_output=True, text=True
     )
-    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "evidence.py" in out.stderr
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "grid.py" in out.stderr
 
 
 def test_plot_curves_draws_labelled_groups_in_a_panel_per_env(tmp_path):
@@ -324,8 +366,10 @@ def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, mo
         3.2
     ]
     # the common grid is where every run has data
-    grid, ys = plot_curves.mean_and_spread([(np.array([0.0, 10.0]), np.zeros(2)), (np.array([5.0, 20.0]), np.ones(2))])
-    assert grid[0] == 5.0 and grid[-1] == 10.0 and ys.shape == (2, plot_curves.GRID_POINTS)
+    points, ys = plot_curves.mean_and_spread(
+        [(np.array([0.0, 10.0]), np.zeros(2)), (np.array([5.0, 20.0]), np.ones(2))]
+    )
+    assert points[0] == 5.0 and points[-1] == 10.0 and ys.shape == (2, plot_curves.GRID_POINTS)
 
     monkeypatch.setattr(plt.Figure, "savefig", lambda *args, **kwargs: None)
     group_a, group_b = f"a={runs}/*__a__*", f"b={runs}/Walker2d-v4__b__*"
@@ -341,3 +385,81 @@ def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, mo
     assert hopper.lines[0].get_color() == walker.lines[0].get_color() == "C0" != walker.lines[1].get_color()  # by group
     assert walker.lines[1].get_label() == "b: one run" and len(hopper.lines) == 1
     plt.close("all")
+
+
+# --- benchmarks/speed.py: steps per second, on 1 or N processes, against a commit ----------------------------
+
+
+def speed_worktrees() -> set[str]:
+    """The git worktrees speed.py made (others may come and go meanwhile: same_numbers.py's, a colleague's)."""
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    return {line for line in listed.stdout.splitlines() if line.startswith("worktree ") and "speed-worktree-" in line}
+
+
+def test_speed_against_a_commit_prints_both_checkouts_sps_their_ratio_and_where_the_time_goes(tmp_path):
+    before = speed_worktrees()
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--update-epochs", "1"]
+    out = run_tool("speed.py", "--against", "HEAD", "--iterations", "1", "--runs", "1", "--", *flags, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and "usable cores" in lines[0] and "torch " in lines[0]
+    (ratio,) = [x for x in lines if x.startswith("ratio this checkout / HEAD (")]
+    other = ratio.removeprefix("ratio this checkout / ").split(", 1 process(es): ")[0]  # HEAD (its short sha)
+    assert float(ratio.split(": ")[1].split()[0]) > 0 and ratio.endswith("(above 1: this checkout is faster)")
+    for label in ("this checkout", other):
+        (line,) = [x for x in lines if x.startswith(f"{label}, 1 process(es): median ")]
+        assert float(line.split("median ")[1].split()[0]) > 0 and "min-max" in line
+        (phases,) = [x for x in lines if x.startswith(f"{label}: one iteration")]
+        assert all(f" {phase} " in phases for phase in speed.PHASES), phases
+        assert any(x.startswith(f"{label}: ceiling, random actions: ") for x in lines)
+    assert "SPS bare env" in lines[-1]
+    assert speed_worktrees() <= before  # the temporary worktree is gone
+
+
+def test_speed_interleaves_the_checkouts_at_each_process_count_and_reports_median_spread_ratio_speedup(
+    monkeypatch, capsys
+):
+    head = subprocess.run(["git", "show", "HEAD:ppo_continuous.py"], cwd=ROOT, capture_output=True, text=True).stdout
+    calls = []
+
+    def fake_run_sps(script, processes, steps, flags, threads):
+        against = "/against/" in script
+        calls.append(("against" if against else "this", processes, steps, threads))
+        if against:
+            assert Path(script).read_text() == head  # the commit's script, not this checkout's
+            return 100.0 * processes
+        return (200.0 if len(calls) % 4 == 1 else 220.0) * processes  # 200 then 220: median 210
+
+    before = speed_worktrees()
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # main sets it for the scripts it loads: restored after
+    monkeypatch.setattr(speed, "run_sps", fake_run_sps)
+    speed.main(
+        ["--against", "HEAD", "--processes", "2", "--runs", "2", "--iterations", "3", "--sps-only"]
+        + [*("--", "--env-id", "Pendulum-v1", "--num-steps", "64")]
+    )
+    out = capsys.readouterr().out
+    assert [c[:2] for c in calls] == [("this", 1), ("against", 1)] * 2 + [("this", 2), ("against", 2)] * 2
+    assert {(c[1], c[2]) for c in calls} == {(1, 3 * 64), (2, 3 * 2 * 64)}  # each process its own batch
+    assert {c[3] for c in calls} == {2}  # OMP_NUM_THREADS 4 split between 2 processes
+    assert "this checkout, 1 process(es): median 210 SPS (min-max 200-220, 2 runs)" in out
+    assert "this checkout, 2 process(es): median 420 SPS (min-max 400-440, 2 runs)" in out
+    assert "1 process(es): median 100 SPS (min-max 100-100, 2 runs)" in out
+    assert "ratio this checkout / HEAD (" in out and "1 process(es): 2.100 (above 1: this checkout is faster)" in out
+    assert "this checkout: speed-up 2.00x on 2 processes, scaling efficiency 100%" in out
+    assert "one iteration" not in out and "ceiling" not in out  # --sps-only
+    assert speed_worktrees() <= before
+    with pytest.raises(SystemExit, match="no commit"):
+        speed.commit_copy("no-such-commit-anywhere", "/nowhere")
+
+
+def test_speed_launches_n_processes_under_torchrun_and_skips_the_breakdown_of_a_script_without_its_functions():
+    assert speed.launch_command("s.py", 1) == [sys.executable, "s.py"]
+    assert speed.launch_command("s.py", 3) == [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "s.py")
+    ]
+    line = speed.breakdown(type("OldScript", (), {"make_envs": None, "Agent": None})(), None, 1)
+    assert line.startswith("breakdown skipped") and "compute_gae" in line and "update" in line
+    assert speed.spread([3.0, 1.0, 2.0]) == "median 2 SPS (min-max 1-3, 3 runs)"
+    assert speed.call_by_name(lambda a, b=2: (a, b), {"a": 1, "c": 3}) == (1, 2)  # what the function names
+    with pytest.raises(TypeError, match="wants b"):
+        speed.call_by_name(lambda a, b: None, {"a": 1})

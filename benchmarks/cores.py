@@ -1,0 +1,19 @@
+"""How many cores a benchmark may use: the one count that grid.py and speed.py split between their processes.
+
+python benchmarks/cores.py      # prints it
+"""
+
+import os
+
+
+def usable_cores() -> int:
+    """OMP_NUM_THREADS when it is set, else the cores this process may run on (a container's or a CPU-limited
+    job's share, not the host's count), so that runs side by side do not oversubscribe the machine."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        return int(threads)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+if __name__ == "__main__":
+    print(usable_cores())

@@ -1,0 +1,301 @@
+"""Grids of training runs, K at a time with the cores split between them, resumed where cut: the named grids
+behind the README's results tables, or one config of a script over several seeds (an ad-hoc grid).
+
+    python benchmarks/grid.py run table1 details --parallel 2     # the PPO paper's Table 1, the ablations
+    python benchmarks/grid.py run mujoco atari --parallel 2       # the results table: 5 MuJoCo envs, 3 games
+    python benchmarks/grid.py status                              # which runs are done, cut or missing
+    python benchmarks/tables.py                                   # every table, from the run folders
+    python benchmarks/grid.py --seeds 1 2 3 4 --parallel 2 -- --env-id Hopper-v4     # one config, 4 seeds
+    python benchmarks/grid.py --script ppo_atari.py --seeds 1 2 --name pong -- --env-id PongNoFrameskip-v4
+    python benchmarks/grid.py status --seeds 1 2 3 4 -- --env-id Hopper-v4            # that grid's runs
+
+Each process gets OMP_NUM_THREADS = usable cores // K (benchmarks/cores.py). A run with summary.json is
+done and skipped; a run with only a checkpoint is resumed from it (each run saves every SAVE_EVERY
+iterations), so `run` can be started again after any stop.
+
+Named grids: every run lives in evidence/runs/{env}__{grid}-{variant}__{seed}__{time}/ (TensorBoard log,
+checkpoint, summary.json, eval.json), its console output in evidence/logs/.
+  mujoco   HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4), seeds 1-3, 1M steps, the defaults
+  atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seed 1, 1M steps (4M frames), the defaults
+  table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
+           kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-2, 300k steps
+  details  this project's departures from CleanRL, one at a time, same envs, seeds and budget
+           (the defaults are table1's clip 0.2 runs)
+The `details` variants that are no flag (the initial std, gymnasium's reward normalization) are run by
+importing ppo_continuous.py and changing that one thing before main, as the VARIANT_PATCHES say.
+
+Ad-hoc grid (--seeds): --script (default ppo_continuous.py) with the flags after `--`, once per seed, into
+./runs/ (logs in ./logs/; --dir elsewhere), named {env}__seeds-{name}__{seed}__{time}. The name defaults
+to the script's and a hash of the flags, so the same command resumes its runs and other flags start new
+ones. After `run`, it prints each seed's final return (the mean of its last 10 episodes) and SPS, from
+summary.json, and their mean +- std.
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from cores import usable_cores
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DIR = os.path.join(ROOT, "evidence")
+SAVE_EVERY = 10  # iterations between checkpoints: a cut run loses at most this much
+POLL_S = 2.0  # seconds between looks at the running processes
+MUJOCO_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
+ATARI_ENVS = ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4", "BeamRiderNoFrameskip-v4")
+SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1 and details
+SMALL_STEPS = 300_000
+FULL_STEPS = 1_000_000
+SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
+SEEDS_GRID = "seeds"  # the grid name of ad-hoc runs
+OWN_FLAGS = ("--seed", "--exp-name", "--resume")  # set by grid.py for every run
+
+TABLE1_VARIANTS = {
+    "clip-0.1": ["--clip-coef", "0.1"],
+    "clip-0.2": ["--clip-coef", "0.2"],
+    "clip-0.3": ["--clip-coef", "0.3"],
+    "kl-adaptive": ["--objective", "kl-adaptive", "--kl-target", "0.01", "--kl-beta", "1.0"],
+    "kl-fixed": ["--objective", "kl-fixed", "--kl-beta", "1.0"],
+    "none": ["--objective", "none"],
+}
+DETAILS_VARIANTS = {
+    "init-std-1.0": [],
+    "clip-vloss": ["--clip-vloss"],
+    "no-bootstrap-truncation": ["--no-bootstrap-truncation"],
+    "gymnasium-reward-norm": [],
+}
+# Python run before ppo_continuous.main for the variants that are no flag; the script itself is unchanged.
+VARIANT_PATCHES = {
+    "init-std-1.0": "m.INIT_STD = 1.0",
+    "gymnasium-reward-norm": "m.ScaleReward = m.gym.wrappers.vector.NormalizeReward",  # called (envs, gamma=)
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    grid: str
+    variant: str
+    env_id: str | None  # None: the script's default
+    seed: int
+    steps: int | None  # None: the script's default (or the flags')
+    flags: tuple[str, ...]
+    script_file: str | None = None  # a file at the root; None: the one for env_id
+
+    @property
+    def script(self) -> str:
+        if self.script_file:
+            return self.script_file
+        return "ppo_atari.py" if "NoFrameskip" in (self.env_id or "") else "ppo_continuous.py"
+
+    @property
+    def exp_name(self) -> str:
+        return f"{self.grid}-{self.variant}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.env_id or 'default-env'}__{self.exp_name}__{self.seed}"
+
+    def folders(self, runs_dir: str) -> list[str]:
+        pattern = f"{glob.escape(self.env_id) if self.env_id else '*'}__{self.exp_name}__{self.seed}__*"
+        return sorted(glob.glob(os.path.join(runs_dir, pattern)))
+
+    def state(self, runs_dir: str) -> tuple[str, str | None]:
+        """('done' | 'cut' | 'missing', its folder)."""
+        for folder in reversed(self.folders(runs_dir)):
+            if os.path.exists(os.path.join(folder, "summary.json")):
+                return "done", folder
+        for folder in reversed(self.folders(runs_dir)):
+            if os.path.exists(os.path.join(folder, "checkpoint.pt")):
+                return "cut", folder
+        return "missing", None
+
+    def command(self, runs_dir: str) -> list[str]:
+        state, folder = self.state(runs_dir)
+        if state == "cut":
+            args = ["--resume", os.path.join(folder, "checkpoint.pt")]
+        else:
+            args = [] if self.env_id is None else ["--env-id", self.env_id]
+            args += ["--seed", str(self.seed)]
+            args += [] if self.steps is None else ["--total-timesteps", str(self.steps)]
+            args += ["--exp-name", self.exp_name, "--save-every", str(SAVE_EVERY), *self.flags]
+            if self.grid in GRIDS and self.script == "ppo_continuous.py":
+                args.append("--no-cuda")  # its 64-64 MLPs run faster on one CPU thread than through a GPU
+        path = os.path.join(ROOT, self.script)
+        patch = VARIANT_PATCHES.get(self.variant) if self.grid in GRIDS else None
+        if patch is None:
+            return [sys.executable, path, *args]
+        code = (  # the script loaded from its file as module m, patched, then its main as `python script` runs it
+            f"import importlib.util, sys, tyro; spec = importlib.util.spec_from_file_location('ppo_continuous', "
+            f"{path!r}); m = importlib.util.module_from_spec(spec); sys.modules['ppo_continuous'] = m; "
+            f"spec.loader.exec_module(m); {patch}; m.main(tyro.cli(m.Args))"
+        )
+        return [sys.executable, "-c", code, *args]
+
+
+def grid_runs(name: str) -> list[Run]:
+    """The runs of one named grid, seed-major: a grid cut short still has every setting on its first seeds."""
+    if name == "mujoco":
+        return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in MUJOCO_ENVS]
+    if name == "atari":
+        return [Run(name, "default", e, 1, FULL_STEPS, ()) for e in ATARI_ENVS]
+    variants = {"table1": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
+    return [
+        Run(name, v, e, s, SMALL_STEPS, tuple(flags))
+        for s in (1, 2)
+        for e in SMALL_ENVS
+        for v, flags in variants.items()
+    ]
+
+
+GRIDS = ("mujoco", "atari", "table1", "details")
+
+
+def flag_value(flags: list[str], name: str) -> tuple[str | None, list[str]]:
+    """The value of `--name VALUE` or `--name=VALUE` in flags (the last one), and the flags without it."""
+    value, rest, i = None, [], 0
+    while i < len(flags):
+        if flags[i] == name and i + 1 < len(flags):
+            value, i = flags[i + 1], i + 2
+        elif flags[i].startswith(name + "="):
+            value, i = flags[i].split("=", 1)[1], i + 1
+        else:
+            rest.append(flags[i])
+            i += 1
+    return value, rest
+
+
+def seed_runs(script: str, seeds: list[int], flags: list[str], name: str | None = None) -> list[Run]:
+    """The ad-hoc grid: script with flags, once per seed. Its name defaults to the script's and a hash of the
+    flags, so that the same command finds its runs again and other flags never pass for them."""
+    if name is None:
+        digest = hashlib.sha1(json.dumps([script, flags]).encode()).hexdigest()[:8]
+        name = f"{script.removesuffix('.py')}-{digest}"
+    env_id, rest = flag_value(flags, "--env-id")
+    return [Run(SEEDS_GRID, name, env_id, seed, None, tuple(rest), script) for seed in seeds]
+
+
+def run(runs: list[Run], runs_dir: str, parallel: int) -> int:
+    """Run what is not done, `parallel` at a time; the number of runs that failed."""
+    pending = [r for r in runs if r.state(runs_dir)[0] != "done"]
+    threads = str(max(1, usable_cores() // parallel))
+    print(
+        f"{len(runs) - len(pending)} of {len(runs)} done; {len(pending)} to go, {parallel} at a time, "
+        f"OMP_NUM_THREADS={threads} each",
+        flush=True,
+    )
+    env = os.environ | {"OMP_NUM_THREADS": threads}
+    logs = os.path.join(os.path.dirname(runs_dir), "logs")  # beside runs/, so run-folder globs never match them
+    os.makedirs(logs, exist_ok=True)
+    running: list[tuple[Run, subprocess.Popen, float]] = []
+    failed = 0
+    while pending or running:
+        while pending and len(running) < parallel:
+            r = pending.pop(0)
+            cmd = r.command(runs_dir)
+            print(f"start {r.env_id or 'default env'} {r.exp_name} seed {r.seed}: {' '.join(cmd[-12:])}", flush=True)
+            with open(os.path.join(logs, f"{r.label}.log"), "a") as log:
+                proc = subprocess.Popen(cmd, cwd=os.path.dirname(runs_dir), stdout=log, stderr=log, env=env)
+            running.append((r, proc, time.time()))
+        time.sleep(POLL_S)
+        for item in list(running):
+            r, proc, started = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            what = f"{r.env_id or 'default env'} {r.exp_name} seed {r.seed}"
+            if proc.returncode == 0 and r.state(runs_dir)[0] == "done":
+                print(f"done  {what} in {(time.time() - started) / 60:.1f} min", flush=True)
+                continue
+            failed += 1
+            # exit 0 without summary.json: not a run that finished (resuming would evaluate and summarize it)
+            why = f"exit {proc.returncode}" if proc.returncode else "exit 0 without summary.json"
+            print(f"FAILED {what} ({why}); see {logs}", flush=True)
+    return failed
+
+
+def report_seeds(runs: list[Run], runs_dir: str) -> None:
+    """Each finished seed's final return and SPS (summary.json), then their mean +- std."""
+    finals, sps = [], []
+    for r in runs:
+        state, folder = r.state(runs_dir)
+        if state != "done":
+            print(f"seed {r.seed}: {state}")
+            continue
+        with open(os.path.join(folder, "summary.json")) as f:
+            summary = json.load(f)
+        final, speed = summary.get("mean_return_last_10"), summary.get("sps")
+        finals += [] if final is None else [final]
+        sps += [] if speed is None else [speed]
+        final_text = "-" if final is None else f"{final:.1f}"
+        speed_text = "-" if speed is None else f"{speed:.0f}"
+        print(f"seed {r.seed}: final return {final_text}, {speed_text} SPS, {folder}", flush=True)
+    if finals:
+        print(
+            f"final return {np.mean(finals):.1f} +- {np.std(finals):.1f} over {len(finals)} seeds "
+            f"(per seed: {', '.join(f'{x:.1f}' for x in finals)})"
+            + (f"; median SPS {np.median(sps):.0f}" if sps else "")
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    argv, flags = argv[:cut], argv[cut + 1 :]  # the flags after -- go to the script, untouched
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s {run,status} [GRID ...] [options]\n"
+        "       %(prog)s [{run,status}] --seeds SEED [SEED ...] [--script SCRIPT] [--name NAME] [options] [-- FLAGS]",
+    )
+    parser.add_argument("words", nargs="*", metavar="{run,status} GRID", help=f"grids: {', '.join(GRIDS)} (all)")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once, the cores split between them")
+    parser.add_argument("--dir", help="where runs/ and logs/ are made (default: evidence/ for the named grids, . else)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="an ad-hoc grid: --script with the flags after --")
+    parser.add_argument("--script", choices=SCRIPTS, default="ppo_continuous.py", help="the ad-hoc grid's script")
+    parser.add_argument("--name", help="the ad-hoc grid's name (default: the script's and a hash of the flags)")
+    args = parser.parse_args(argv)
+    words = list(args.words)
+    command = words.pop(0) if words and words[0] in ("run", "status") else None
+    if command is None and not args.seeds:
+        parser.error("say `run` or `status` (or give --seeds for an ad-hoc grid)")
+    if args.parallel < 1:
+        parser.error("--parallel must be positive")
+    if args.seeds:
+        if words:
+            parser.error("--seeds is a grid of its own: no named grids beside it")
+        if any(f == own or f.startswith(own + "=") for f in flags for own in OWN_FLAGS):
+            parser.error(f"{', '.join(OWN_FLAGS)} are grid.py's to set (name the grid with --name)")
+        runs = seed_runs(args.script, args.seeds, flags, args.name)
+        folder = args.dir or "."
+    else:
+        unknown = [w for w in words if w not in GRIDS]
+        if unknown:
+            parser.error(f"unknown grids {unknown}: choose from {', '.join(GRIDS)}")
+        if flags:
+            parser.error("flags after -- are for an ad-hoc grid (--seeds)")
+        runs = [r for name in words or GRIDS for r in grid_runs(name)]
+        runs.sort(key=lambda r: r.seed)  # stable: every grid's first seed before any second one
+        folder = args.dir or DEFAULT_DIR
+    runs_dir = os.path.join(os.path.abspath(folder), "runs")
+    os.makedirs(runs_dir, exist_ok=True)
+    if command == "status":
+        for r in runs:
+            state, found = r.state(runs_dir)
+            print(f"{state:8s} {r.grid:8s} {r.variant:24s} {r.env_id or 'default':26s} seed {r.seed}  {found or ''}")
+        return
+    failed = run(runs, runs_dir, args.parallel)
+    if args.seeds:
+        report_seeds(runs, runs_dir)
+    if failed:
+        sys.exit(f"error: {failed} runs failed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,22 @@
-"""Shared helpers: in-process runs of a script's main, and spies on its functions."""
+"""What more than one test file needs: running a script, reading what a run logged, spying on a
+script's functions, and the fake environments, wrappers and rollouts the tests share.
+Test files import from here, never from each other."""
 
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import gymnasium as gym
+import numpy as np
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+import torch
+
+import ppo_continuous as C
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -16,16 +28,45 @@ def restore_signal_handlers():
         signal.signal(sig, handler)
 
 
+# --- running a script and reading its run --------------------------------------------------------
+
+
+def run_script(folder: Path, script: str, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python SCRIPT FLAGS...` run to its end in folder (a test's tmp folder, where it writes runs/),
+    with its stdout and stderr captured as text. script is a file of the repository's root."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *flags], cwd=folder, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, folder: Path, timeout: float = 120) -> Path:
+    """Wait until the run proc started in folder has written its first checkpoint; fail if it ends first."""
+    deadline = time.time() + timeout
+    while not (found := list(Path(folder).glob("runs/*/checkpoint.pt"))):
+        if proc.poll() is not None:
+            stderr = proc.stderr.read()[-3000:] if proc.stderr else ""
+            pytest.fail(f"the run ended with {proc.returncode} before its first checkpoint: {stderr}")
+        assert time.time() < deadline, "no checkpoint in time"
+        time.sleep(0.1)
+    return found[0]
+
+
 def only_run(folder: Path) -> Path:
+    """The run folder of the one run made in folder."""
     (run_dir,) = (Path(folder) / "runs").iterdir()
     return run_dir
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar TensorBoard holds for a run: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # slow: only when used
+
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# --- looking inside a run ----------------------------------------------------------------------
 
 
 def spy(monkeypatch, module, name: str, before=None, after=None) -> list:
@@ -45,3 +86,100 @@ def spy(monkeypatch, module, name: str, before=None, after=None) -> list:
 
     monkeypatch.setattr(module, name, wrapper)
     return calls
+
+
+def find_wrapper(envs: gym.vector.VectorEnv, kind: type) -> gym.vector.VectorEnv:
+    """The wrapper of class kind in the chain around envs (walking .env inward)."""
+    while not isinstance(envs, kind):
+        envs = envs.env
+    return envs
+
+
+# --- fake environments and wrappers ------------------------------------------------------------
+
+
+class ResetSeeds(gym.Wrapper):
+    """Records every seed an environment is reset with, and its first raw observation."""
+
+    log: list = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        ResetSeeds.log.append((kwargs.get("seed"), obs.copy()))
+        return obs, info
+
+
+def record_reset_seeds(monkeypatch) -> list:
+    """Wrap every environment ppo_continuous.make_env builds in ResetSeeds; returns the log, emptied:
+    (seed, first raw observation) per reset."""
+    real = C.make_env
+    monkeypatch.setattr(C, "make_env", lambda *a: lambda: ResetSeeds(real(*a)()))
+    ResetSeeds.log = []
+    return ResetSeeds.log
+
+
+class VectorRecorder(gym.vector.VectorWrapper):
+    """Records what passes through the outermost vector env: each action in, each result out."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps, self.resets = [], []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.resets.append(np.array(obs))
+        return obs, info
+
+    def step(self, actions):
+        result = self.env.step(actions)
+        self.steps.append((np.array(actions), *[np.array(x) for x in result[:4]], result[4]))
+        return result
+
+
+# --- a hand-made rollout for update() (test_update.py, and the torchrun worker) ---------------
+
+T, N, OBS_DIM, ACT_DIM = 16, 4, 3, 2  # 64 slots, some of them autoreset steps
+
+
+def make_agent(seed: int = 0) -> C.Agent:
+    torch.manual_seed(seed)
+    spaces = SimpleNamespace(
+        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,)),
+        single_action_space=gym.spaces.Box(-1, 1, (ACT_DIM,)),
+    )
+    agent = C.Agent(spaces)
+    with torch.no_grad():  # a policy head far from its near-zero init, so that steps move it visibly
+        agent.actor_mean.head.weight.normal_(0, 0.1)
+    return agent
+
+
+def make_rollout(agent: C.Agent, seed: int = 1) -> tuple[C.Rollout, torch.Tensor, torch.Tensor]:
+    """A rollout whose old log-probs are the agent's plus noise (so that ratios start spread around 1,
+    some outside the clip range), with every third env's step 5 and step 11 masked as autoreset steps."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(T, N, OBS_DIM, generator=g)
+    with torch.no_grad():
+        mean = agent.actor_mean(obs)
+        actions = mean + agent.actor_logstd.exp() * torch.randn(T, N, ACT_DIM, generator=g)  # on-policy samples
+        _, logprobs, _, values = agent.get_action_and_value(obs.flatten(0, 1), actions.flatten(0, 1))
+    real = torch.ones(T, N, dtype=torch.bool)
+    real[5, ::3] = real[11, ::3] = False
+    buf = C.Rollout(
+        obs=obs,
+        actions=actions,
+        logprobs=logprobs.view(T, N) + 0.3 * torch.randn(T, N, generator=g),
+        values=values.view(T, N) + 0.5 * torch.randn(T, N, generator=g),
+        rewards=torch.zeros(T, N),
+        terminations=torch.zeros(T, N, dtype=torch.bool),
+        truncations=torch.zeros(T, N, dtype=torch.bool),
+        real=real,
+    )
+    advantages = 2.0 * torch.randn(T, N, generator=g) + 0.7
+    returns = buf.values + advantages + 0.3 * torch.randn(T, N, generator=g)
+    return buf, advantages, returns
+
+
+def args_for(**overrides) -> C.Args:
+    """Args that fit make_rollout's batch."""
+    base = dict(num_envs=N, num_steps=T, num_minibatches=4, update_epochs=3, total_timesteps=T * N, ent_coef=0.01)
+    return C.Args(**(base | overrides))

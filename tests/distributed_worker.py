@@ -1,24 +1,25 @@
 """Run by torchrun from tests/test_distributed.py: one rank of a multi-process check.
 
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py update OUT_DIR
+torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py target_kl OUT_DIR
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py train OUT_DIR -- SCRIPT_FLAGS...
+(with the repository root on PYTHONPATH, as test_distributed.py's torchrun sets it)
 """
 
+import dataclasses
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ppo_continuous as C  # noqa: E402
+import ppo_continuous as C
 
 
 def fixed_batch():
-    """test_update's hand-made rollout, with more autoreset steps in the first half of its envs than in
-    the second, so that the two ranks hold different numbers of samples."""
-    from test_update import args_for, make_agent, make_rollout
+    """conftest's hand-made rollout (the one test_update.py checks update() on), with more autoreset
+    steps in the first half of its envs than in the second, so that the two ranks hold different
+    numbers of samples."""
+    from conftest import args_for, make_agent, make_rollout
 
     agent = make_agent()
     buf, advantages, returns = make_rollout(agent)
@@ -39,6 +40,28 @@ def update(out_dir: str) -> None:
     metrics = C.update(agent, optimizer, buf, advantages[:, half], returns[:, half], args, 1.0, 0.2)
     if rank == 0:
         torch.save({"agent": agent.state_dict(), "epochs_done": metrics["losses/epochs_done"]}, f"{out_dir}/update.pt")
+
+
+def target_kl(out_dir: str) -> None:
+    """An update whose --target-kl stop only the KL of every rank's samples decides: rank 0's samples look
+    far off-policy (log-ratio 1), rank 1's on-policy, and the limit lies between the mean over both ranks'
+    samples and rank 0's own mean. Each rank writes the epochs it ran and the parameters it reached."""
+    agent, buf, advantages, returns, args = fixed_batch()
+    C.start_distributed(agent, torch.device("cpu"))
+    rank, world = C.RANK, int(os.environ["WORLD_SIZE"])
+    half = slice(rank * buf.obs.shape[1] // world, (rank + 1) * buf.obs.shape[1] // world)
+    for field in ("obs", "actions", "logprobs", "values", "rewards", "terminations", "truncations", "real"):
+        setattr(buf, field, getattr(buf, field)[:, half])
+    with torch.no_grad():  # the agent's own log-probs, less one on rank 0
+        _, logprobs, _, _ = agent.get_action_and_value(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1))
+    buf.logprobs = logprobs.view(buf.logprobs.shape) - (1.0 if rank == 0 else 0.0)
+    counts = C.all_sum(torch.tensor([float(buf.real.sum()) if r == rank else 0.0 for r in range(world)]))
+    rank0_kl = C.kl_k3(torch.tensor(1.0)).item()  # e - 2 on each of rank 0's samples, 0 on rank 1's
+    limit = rank0_kl * (1 + counts[0].item() / counts.sum().item()) / 2  # above the global mean, below rank 0's
+    args = dataclasses.replace(args, target_kl=limit, update_epochs=2)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=C.ADAM_EPS)
+    metrics = C.update(agent, optimizer, buf, advantages[:, half], returns[:, half], args, 1.0, 0.2)
+    torch.save({"agent": agent.state_dict(), "epochs_done": metrics["losses/epochs_done"]}, f"{out_dir}/kl{rank}.pt")
 
 
 def train(out_dir: str, flags: list[str]) -> None:
@@ -65,4 +88,4 @@ def train(out_dir: str, flags: list[str]) -> None:
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
-    update(out) if mode == "update" else train(out, sys.argv[4:])
+    {"update": update, "target_kl": target_kl}[mode](out) if mode != "train" else train(out, sys.argv[4:])

@@ -5,18 +5,15 @@ import inspect
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, only_run, run_script, scalars
 
 import ppo_atari as A
 import ppo_continuous as C
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class FakeAle:
@@ -141,7 +138,7 @@ def test_threads_follow_omp_num_threads_or_the_cores_this_process_may_use(monkey
     assert A.usable_cores() == 2
 
 
-def test_breakout_fires_at_reset_and_counts_lives():
+def test_breakout_is_wrapped_to_fire_at_reset_and_each_of_its_five_lives_ends_a_learning_episode():
     env = make_real_env()
     assert isinstance(env.env.env, A.FireReset)
     env.reset(seed=0)
@@ -159,20 +156,11 @@ def test_breakout_fires_at_reset_and_counts_lives():
     env.close()
 
 
-def run_script(tmp_path, *flags, timeout=300):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "ppo_atari.py"), *flags],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "ALE/Pong-v5"])
-def test_short_run_end_to_end(tmp_path, env_id):
+def test_a_short_run_writes_its_summary_logs_the_losses_and_anneals_the_clip(tmp_path, env_id):
     proc = run_script(
         tmp_path,
+        "ppo_atari.py",
         "--env-id",
         env_id,
         "--num-envs",
@@ -187,25 +175,21 @@ def test_short_run_end_to_end(tmp_path, env_id):
         "1",
         "--anneal-clip",
         "--eval-episodes",
-        "0",  # evaluation is tested in test_runs.py
+        "0",  # evaluation is tested in test_lifecycle.py
     )
     assert proc.returncode == 0, proc.stderr
-    (run,) = (tmp_path / "runs").iterdir()
+    run = only_run(tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["global_step"] == 256
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run))
-    acc.Reload()
-    tags = set(acc.Tags()["scalars"])
-    assert {"losses/approx_kl", "losses/clipfrac", "losses/entropy", "charts/SPS", "charts/clip_coef"} <= tags
-    clip = [e.value for e in acc.Scalars("charts/clip_coef")]
+    logged = scalars(run)
+    assert {"losses/approx_kl", "losses/clipfrac", "losses/entropy", "charts/SPS", "charts/clip_coef"} <= logged.keys()
+    clip = [v for _, v in logged["charts/clip_coef"]]
     assert clip == pytest.approx([0.1, 0.05])  # annealed linearly toward zero
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "CartPole-v1", "NoSuchGame-v4"])
-def test_non_atari_ids_are_refused(tmp_path, env_id):
-    proc = run_script(tmp_path, "--env-id", env_id, timeout=120)
+def test_non_atari_ids_are_refused_with_one_line_exit_2_and_nothing_written(tmp_path, env_id):
+    proc = run_script(tmp_path, "ppo_atari.py", "--env-id", env_id, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:")
@@ -213,7 +197,7 @@ def test_non_atari_ids_are_refused(tmp_path, env_id):
 
 
 @pytest.mark.skipif(shutil.which("diff") is None, reason="needs diff")
-def test_diff_against_the_continuous_script_stays_within_budget():
+def test_the_diff_against_the_continuous_script_has_at_most_15_hunks():
     proc = subprocess.run(
         ["diff", str(ROOT / "ppo_continuous.py"), str(ROOT / "ppo_atari.py")], capture_output=True, text=True
     )
@@ -224,6 +208,7 @@ def test_diff_against_the_continuous_script_stays_within_budget():
 def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path):
     proc = run_script(
         tmp_path,
+        "ppo_atari.py",
         "--num-envs",
         "2",
         "--num-steps",
@@ -239,13 +224,7 @@ def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path):
         "--capture-video",
     )
     assert proc.returncode == 0, proc.stderr
-    run_name = only_run_name(tmp_path)
-    assert list((tmp_path / "videos" / run_name).glob("*.mp4"))
-
-
-def only_run_name(tmp_path) -> str:
-    (run,) = (tmp_path / "runs").iterdir()
-    return run.name
+    assert list((tmp_path / "videos" / only_run(tmp_path).name).glob("*.mp4"))
 
 
 # --- the real wrapper chain --------------------------------------------------------------------
@@ -310,7 +289,7 @@ def test_the_network_sees_pixels_scaled_to_unit_range():
 def test_the_vector_envs_step_whole_stacks_of_uint8_frames():
     envs = A.make_envs(A.Args(num_envs=2), "test")
     obs, _ = envs.reset(seed=0)
-    assert obs.shape == (2, A.FRAME_STACK, A.SCREEN, A.SCREEN) and obs.dtype == np.uint8
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8  # the last 4 frames, 84x84 gray
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
     envs.close()
 
@@ -367,7 +346,7 @@ def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():
     envs.close()
 
 
-def test_the_nature_cnn_layers_and_their_initialization():
+def test_the_network_is_the_nature_cnn_orthogonal_with_gains_sqrt2_001_and_1_and_zero_biases():
     envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
     agent = A.Agent(envs)
     kinds = [type(layer).__name__ for layer in agent.network]

@@ -1,20 +1,16 @@
-"""ppo_continuous.py: the pure functions, time-limit bootstrapping, an end-to-end run, bad input."""
+"""ppo_continuous.py: the pure functions, time-limit bootstrapping, end-to-end runs (one that must learn),
+bad input."""
 
 import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import find_wrapper, only_run, run_script, scalars
 
 import ppo_continuous as C
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # --- GAE ---------------------------------------------------------------------------------------
 
@@ -31,7 +27,7 @@ def gae_case():
     return rewards, values, next_value, terms, truncs
 
 
-def test_gae_mixes_terminations_truncations_and_an_unfinished_tail():
+def test_gae_cuts_at_a_termination_and_bootstraps_a_truncation_and_the_unfinished_tail():
     g, lam = 0.9, 0.5
     rewards, values, next_value, terms, truncs = gae_case()
     adv, ret = C.compute_gae(rewards, values, next_value, terms, truncs, g, lam)
@@ -84,7 +80,7 @@ def test_truncation_bootstraps_from_the_normalized_final_observation(monkeypatch
     monkeypatch.setattr(C, "make_env", lambda env_id, idx, cv, rn: lambda: RawObs(gym.make(env_id)))
     RawObs.log = []
     envs = C.make_envs(args, "test")
-    norm = C.find_wrapper(envs, gym.wrappers.vector.NormalizeObservation)
+    norm = find_wrapper(envs, gym.wrappers.vector.NormalizeObservation)
     torch.manual_seed(0)
     agent = C.Agent(envs)
     obs, _ = envs.reset(seed=0)
@@ -123,13 +119,13 @@ def test_truncation_bootstraps_from_the_normalized_final_observation(monkeypatch
     "rho, adv, zero",
     [(1.5, 1.0, True), (1.0, 1.0, False), (0.5, 1.0, False), (0.5, -1.0, True), (1.0, -1.0, False), (1.5, -1.0, False)],
 )
-def test_clip_objective_gradient_cells(rho, adv, zero):
+def test_clip_objective_gradient_is_zero_in_exactly_two_of_the_six_cells(rho, adv, zero):
     ratio = torch.tensor([rho], requires_grad=True)
     C.policy_loss(ratio, torch.tensor([adv]), "clip", 0.2, torch.zeros(1), 0.0).backward()
     assert ratio.grad.item() == pytest.approx(0.0 if zero else -adv)
 
 
-def test_unclipped_and_kl_objectives_gradients():
+def test_unclipped_and_kl_fixed_objectives_have_the_gradients_of_their_formulas():
     logratio = torch.tensor([0.3, -0.2, 0.1], requires_grad=True)
     adv = torch.tensor([1.0, -2.0, 0.5])
     ratio = logratio.exp()
@@ -155,7 +151,7 @@ def test_kl_penalty_gradient_is_the_gradient_of_the_true_kl():
     assert new_mean.grad.item() == pytest.approx(0.3, abs=0.02)  # d/dmu of mu^2 / 2
 
 
-def test_value_loss_clipping():
+def test_value_loss_is_half_the_squared_error_and_clipping_keeps_the_larger_error_and_its_gradient():
     old = torch.tensor([0.0, 0.0])
     ret = torch.tensor([1.0, -1.0])
     new = torch.tensor([0.5, 0.5], requires_grad=True)
@@ -168,22 +164,38 @@ def test_value_loss_clipping():
     assert new.grad.tolist() == pytest.approx([0.0, 1.5 / 2])
 
 
-def test_statistics_and_schedules():
+def test_kl_k3_is_never_negative_and_clip_fraction_counts_the_ratios_outside_the_band():
     logratio = torch.log(torch.tensor([1.0, 1.5, 0.7, 1.1]))
     assert C.kl_k3(logratio).min().item() >= 0
     assert C.clip_fraction(logratio.exp(), 0.2).item() == pytest.approx(0.5)
-    assert C.linear_schedule(3e-4, 1, 10) == pytest.approx(3e-4)
-    assert C.linear_schedule(3e-4, 10, 10) == pytest.approx(3e-5)
+
+
+def test_explained_variance_of_a_perfect_prediction_is_one():
+    assert C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])) == pytest.approx(1.0)
+
+
+def test_linear_schedule_starts_at_the_full_value_and_trains_the_last_batch_at_its_share_of_the_budget():
+    assert C.linear_schedule(3e-4, 0, 10 * 2048) == 3e-4  # before the first step
+    assert C.linear_schedule(3e-4, 9 * 2048, 10 * 2048) == pytest.approx(3e-5)  # the last of 10 batches
+    # the same floats as CleanRL's (1 - (iteration - 1) / num_iterations): plain runs stand as published
+    assert all(
+        C.linear_schedule(3e-4, (i - 1) * 2048, 488 * 2048) == 3e-4 * (1.0 - (i - 1.0) / 488) for i in range(1, 489)
+    )
+
+
+def test_adapt_kl_beta_halves_below_doubles_above_and_keeps_beta_at_the_target():
     assert C.adapt_kl_beta(1.0, 0.001, 0.01) == 0.5
     assert C.adapt_kl_beta(1.0, 0.1, 0.01) == 2.0
     assert C.adapt_kl_beta(1.0, 0.01, 0.01) == 1.0
-    assert C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])) == pytest.approx(1.0)
+
+
+def test_minibatch_slices_cover_the_batch_in_parts_that_differ_by_at_most_one():
     slices = C.minibatch_slices(2046, 32)
     sizes = [s.stop - s.start for s in slices]
     assert len(slices) == 32 and sum(sizes) == 2046 and max(sizes) - min(sizes) <= 1
 
 
-def test_gaussian_matches_torch_distributions():
+def test_gaussian_log_prob_and_entropy_match_torch_normal():
     mean, log_std = torch.randn(5, 3), torch.randn(1, 3).expand(5, 3)
     action = torch.randn(5, 3)
     dist = torch.distributions.Normal(mean, log_std.exp())
@@ -191,7 +203,7 @@ def test_gaussian_matches_torch_distributions():
     assert torch.allclose(C.gaussian_entropy(log_std), dist.entropy().sum(-1), atol=1e-5)
 
 
-def test_agent_initialization():
+def test_layers_start_orthogonal_with_gains_sqrt2_001_and_1_zero_biases_and_the_initial_std():
     envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
     agent = C.Agent(envs)
     w = agent.actor_mean.hidden[1].weight  # 64 x 64: orthogonal with gain sqrt(2)
@@ -226,27 +238,10 @@ TAGS = {
 }
 
 
-def run_script(tmp_path, *flags, timeout=300):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "ppo_continuous.py"), *flags],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def test_end_to_end_logs_every_tag_and_writes_summary(tmp_path):
+def test_a_run_logs_every_tag_anneals_the_rate_and_writes_a_summary_of_its_episodes(tmp_path):
     proc = run_script(
         tmp_path,
+        "ppo_continuous.py",
         "--env-id",
         "Pendulum-v1",
         "--total-timesteps",
@@ -263,22 +258,23 @@ def test_end_to_end_logs_every_tag_and_writes_summary(tmp_path):
         "0.05",
     )
     assert proc.returncode == 0, proc.stderr
-    (run,) = (tmp_path / "runs").iterdir()
-    scalars = read_scalars(run)
-    assert TAGS <= scalars.keys()
-    assert [s for s, _ in scalars["charts/learning_rate"]] == [1024, 2048]
-    assert scalars["charts/learning_rate"][1][1] == pytest.approx(3e-4 / 2)  # annealed
-    assert len(scalars["charts/episodic_return"]) == 10  # two envs x five 200-step episodes
+    run = only_run(tmp_path)
+    logged = scalars(run)
+    assert TAGS <= logged.keys()
+    assert [s for s, _ in logged["charts/learning_rate"]] == [1024, 2048]
+    assert logged["charts/learning_rate"][1][1] == pytest.approx(3e-4 / 2)  # annealed
+    assert len(logged["charts/episodic_return"]) == 10  # two envs x five 200-step episodes
     summary = json.loads((run / "summary.json").read_text())
     assert summary["global_step"] == 2048 and summary["episodes"] == 10
-    assert summary["mean_return_last_10"] == pytest.approx(np.mean([v for _, v in scalars["charts/episodic_return"]]))
+    assert summary["mean_return_last_10"] == pytest.approx(np.mean([v for _, v in logged["charts/episodic_return"]]))
     assert "device: cpu" in proc.stdout
 
 
 @pytest.mark.parametrize("objective", ["kl-adaptive", "kl-fixed", "none"])
-def test_each_objective_runs(tmp_path, objective):
+def test_the_kl_and_unclipped_objectives_with_value_clipping_run_to_completion(tmp_path, objective):
     proc = run_script(
         tmp_path,
+        "ppo_continuous.py",
         "--env-id",
         "Pendulum-v1",
         "--total-timesteps",
@@ -308,7 +304,7 @@ def test_each_objective_runs(tmp_path, objective):
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, message):
-    proc = run_script(tmp_path, *flags, timeout=120)
+    proc = run_script(tmp_path, "ppo_continuous.py", *flags, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
@@ -316,8 +312,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, messag
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
-def test_track_without_wandb_is_one_line(tmp_path):
-    proc = run_script(tmp_path, "--env-id", "Pendulum-v1", "--track", timeout=120)
+def test_track_without_wandb_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    proc = run_script(tmp_path, "ppo_continuous.py", "--env-id", "Pendulum-v1", "--track", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --track needs Weights & Biases: pip install wandb"]
     assert not (tmp_path / "runs").exists()
@@ -336,3 +332,16 @@ def test_mujoco_ids_in_v4_and_v5_run_a_rollout(env_id):
     )
     assert buf.obs.shape == (8, 2, *envs.single_observation_space.shape) and torch.isfinite(buf.obs).all()
     envs.close()
+
+
+# --- learning ----------------------------------------------------------------------------------
+
+
+def test_a_short_run_learns_to_balance_the_inverted_pendulum(tmp_path, monkeypatch):
+    """A random policy balances for about 5-10 steps; 20k steps of PPO hold the pole far longer.
+    A broken gradient, ratio, advantage or bootstrap fails this even when every unit passes."""
+    monkeypatch.chdir(tmp_path)
+    args = C.Args(env_id="InvertedPendulum-v4", num_steps=1024, total_timesteps=20480, eval_episodes=3)
+    summary = C.main(args)
+    assert summary["eval_mean_return"] >= 500, summary
+    assert summary["mean_return_last_10"] >= 300, summary

@@ -8,24 +8,23 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import only_run, scalars
+import torch.distributed as dist
+from conftest import ROOT, only_run, run_script, scalars, wait_for_checkpoint
 from distributed_worker import fixed_batch
 
 import ppo_continuous as C
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "distributed_worker.py")
 PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
 
 
 def torchrun(nproc: int, *command: str, cwd: Path, timeout: int = 180, **popen) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *command]
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
 
 
@@ -42,6 +41,16 @@ def test_an_update_split_across_two_ranks_is_the_update_on_the_whole_batch(tmp_p
     assert largest < 1e-5
     moved = max((v - fixed_batch()[0].state_dict()[k]).abs().max().item() for k, v in agent.state_dict().items())
     assert moved > 1e-3  # far above the difference: the update did move the parameters
+
+
+def test_the_target_kl_stop_is_decided_on_every_rank_s_samples_together(tmp_path):
+    # rank 0's own samples are past the limit, the mean over both ranks' is not: every rank must go on
+    proc = torchrun(2, WORKER, "target_kl", str(tmp_path), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"kl{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0]["epochs_done"] == ranks[1]["epochs_done"] >= 1
+    for key, value in ranks[0]["agent"].items():
+        assert torch.equal(value, ranks[1]["agent"][key]), key
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +87,10 @@ def test_rank_zero_alone_writes_and_logs_every_ranks_episodes(two_rank_run):
     logged = scalars(only_run(folder))
     assert [s for s, _ in logged["charts/SPS"]] == [512 * i for i in range(1, 9)]  # the global batch
     assert len(logged["charts/episodic_return"]) == 20
+    # each rank's k-th 200-step episode ends after 200 k + (k - 1) of its own steps (one autoreset step
+    # between episodes); every one of them is a step of both ranks: global step = 2 x that
+    ends = sorted(2 * (200 * k + k - 1) for k in range(1, 11) for _rank in (0, 1))
+    assert sorted(s for s, _ in logged["charts/episodic_return"]) == ends
     assert proc.stdout.count("device: cpu, batch 512 = 2 x 1 envs x 256 steps") == 1
 
 
@@ -102,10 +115,7 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
         env=os.environ | {"OMP_NUM_THREADS": "1"},
         start_new_session=True,
     )
-    deadline = time.time() + 120
-    while not list(tmp_path.glob("runs/*/checkpoint.pt")):
-        assert launcher.poll() is None and time.time() < deadline
-        time.sleep(0.1)
+    wait_for_checkpoint(launcher, tmp_path)
     os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: every process gets it
     _, err = launcher.communicate(timeout=120)
     assert err.count("exitcode  : 130") == 2 or "resume with: torchrun" in err, err[-3000:]
@@ -115,13 +125,7 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
     assert 0 < stopped["global_step"] < 8192 and stopped["global_step"] % 512 == 0
 
     # resumed by one plain process: the global batch halves, the step count goes on
-    resumed = subprocess.run(
-        [sys.executable, str(ROOT / "ppo_continuous.py"), "--resume", str(checkpoint)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = run_script(tmp_path, "ppo_continuous.py", "--resume", str(checkpoint))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "batch 256 = 1 x 1 envs x 256 steps" in resumed.stdout
     assert f"resuming at step {stopped['global_step']}" in resumed.stdout
@@ -135,10 +139,8 @@ def test_one_process_under_torchrun_is_plain_python(tmp_path):
     flags = [*PENDULUM, "--total-timesteps", "1024", "--eval-episodes", "0"]
     (tmp_path / "plain").mkdir()
     (tmp_path / "torchrun").mkdir()
-    plain = subprocess.run(
-        [sys.executable, str(ROOT / "ppo_continuous.py"), *flags], cwd=tmp_path / "plain", capture_output=True
-    )
-    assert plain.returncode == 0
+    plain = run_script(tmp_path / "plain", "ppo_continuous.py", *flags)
+    assert plain.returncode == 0, plain.stderr[-3000:]
     proc = torchrun(1, str(ROOT / "ppo_continuous.py"), *flags, cwd=tmp_path / "torchrun")
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = (scalars(only_run(tmp_path / name)) for name in ("plain", "torchrun"))
@@ -151,21 +153,7 @@ def test_one_process_under_torchrun_is_plain_python(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_run_trains_on_the_gpu(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "ppo_continuous.py"),
-            *PENDULUM,
-            "--total-timesteps",
-            "1024",
-            "--eval-episodes",
-            "1",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "1024", "--eval-episodes", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "device: cuda:0" in proc.stdout
 
@@ -180,29 +168,101 @@ def test_nccl_two_gpus_keep_ranks_identical(tmp_path):
         assert torch.equal(value, ranks[1]["agent"][key]), key
 
 
-def test_sigterm_to_one_rank_stops_every_rank_at_the_same_iteration(tmp_path):
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_iteration_saved_and_whole(tmp_path):
     flags = [*PENDULUM, "--total-timesteps", "40960", "--save-every", "1", "--eval-episodes", "0"]
     launcher = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-        + [str(ROOT / "ppo_continuous.py"), *flags],
+        + [WORKER, "train", str(tmp_path), "--", *flags],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ | {"OMP_NUM_THREADS": "1"},
+        env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )
-    deadline = time.time() + 120
-    while not list(tmp_path.glob("runs/*/checkpoint.pt")):
-        assert launcher.poll() is None and time.time() < deadline
-        time.sleep(0.1)
+    wait_for_checkpoint(launcher, tmp_path)
     workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
     assert len(workers) == 2
     os.kill(max(int(pid) for pid in workers), signal.SIGTERM)  # the later one started: rank 1
     _, err = launcher.communicate(timeout=120)
-    # Neither hung (communicate returned) nor crashed: every exit torchrun reports is 143. Rank 0 stops at the agreed
-    # iteration too; whether torchrun lists it beside rank 1 depends on which of them it sees exit first.
+    # whichever exit torchrun sees first, it signals the other worker, which is stopping already: it ignores
+    # that signal and finishes, so every exit torchrun reports is the stop's own 143, none cut short (-15)
     exit_codes = re.findall(r"exitcode\s*:\s*(-?\d+)", err)
     assert exit_codes and set(exit_codes) == {"143"}, err[-3000:]
     assert "resume with: torchrun" in err  # rank 0 saved, though the signal went to the other rank
-    progress = torch.load(only_run(tmp_path) / C.CHECKPOINT, weights_only=True)["progress"]
-    assert 0 < progress["global_step"] < 40960
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True)["progress"] for r in (0, 1)]
+    checkpoint = torch.load(only_run(tmp_path) / C.CHECKPOINT, weights_only=True)
+    assert ranks[0] == ranks[1] == checkpoint["progress"]  # the same iteration everywhere, and saved
+    assert 0 < checkpoint["progress"]["global_step"] < 40960
+    logged = [s for s, _ in scalars(only_run(tmp_path))["charts/SPS"]]  # the event file is whole
+    assert logged[-1] == checkpoint["progress"]["global_step"]
+
+
+# --- the collectives compute the global figures (a process group of one, in this process) ----------------
+
+
+@pytest.fixture
+def process_group():
+    """A gloo process group of one process: every collective runs, as under torchrun."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("offset, scale", [(0.0, 1.0), (100.0, 3.0), (1000.0, 1.0), (5.3, 0.0)])
+def test_advantage_moments_under_torchrun_keep_float64_precision_and_the_sample_std(process_group, offset, scale):
+    g = torch.Generator().manual_seed(0)
+    x = (offset + scale * torch.randn(256, generator=g)).float()
+    slices = C.minibatch_slices(256, 8)
+    for (mean, std), mb in zip(C.minibatch_moments(x, slices), slices):
+        exact = x[mb].double()
+        assert mean.dtype == std.dtype == torch.float32
+        assert mean.item() == pytest.approx(exact.mean().item(), rel=1e-7, abs=1e-7)
+        if scale:  # the n - 1 std of the samples, to float32's own precision
+            assert std.item() == pytest.approx(exact.std().item(), rel=1e-6)
+        else:  # equal advantages: a zero std, never NaN
+            assert std.item() == 0.0
+
+
+def test_explained_variance_under_torchrun_is_the_one_of_all_samples(process_group):
+    g = torch.Generator().manual_seed(1)
+    target = 1000.0 + torch.randn(512, generator=g)
+    predicted = target + 0.5 * torch.randn(512, generator=g)
+    exact = 1 - (target - predicted).double().var() / target.double().var()
+    assert C.explained_variance(predicted, target) == pytest.approx(exact.item(), rel=1e-6)
+
+
+def rank_view(metrics: dict, samples: int, episodes: list, signum) -> tuple:
+    return ({"losses/ratio_max": 1.0, "losses/ratio_min": 1.0} | metrics, samples, episodes, signum)
+
+
+def test_iteration_metrics_weigh_each_rank_by_its_samples_and_a_signal_to_any_rank_stops_all(monkeypatch):
+    rank0 = rank_view({"losses/approx_kl": 0.1, "losses/ratio_max": 1.5}, 300, [(1.0, 10, 3)], None)
+    rank1 = rank_view({"losses/approx_kl": 0.4, "losses/ratio_min": 0.7}, 100, [(2.0, 20, 5)], signal.SIGTERM)
+    monkeypatch.setattr(C, "gather_objects", lambda obj: [rank0, rank1])
+    metrics, episodes, signum = C.gather_iteration(*rank0)
+    assert metrics["losses/approx_kl"] == pytest.approx((0.1 * 300 + 0.4 * 100) / 400)
+    assert metrics["losses/ratio_max"] == 1.5 and metrics["losses/ratio_min"] == 0.7
+    assert episodes == [(1.0, 10, 3), (2.0, 20, 5)]
+    assert signum == signal.SIGTERM  # it reached rank 1 alone
+
+
+def test_plain_python_metrics_are_the_update_s_own(monkeypatch):
+    metrics = {"losses/approx_kl": 0.1 + 0.2, "losses/ratio_max": 1.5, "losses/ratio_min": 0.5}
+    assert C.gather_iteration(metrics, 7, [], None)[0] == metrics  # exactly: no reweighting round-off
+
+
+def test_seeds_of_torchrun_ranks_are_drawn_apart_and_plain_python_keeps_its_seed(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert [C.rank_seed(s) for s in (1, 2, 7)] == [1, 2, 7]  # the published single-process runs stand
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    seeds = {}
+    for rank in range(4):
+        monkeypatch.setattr(C, "RANK", rank)
+        seeds |= {(seed, rank): C.rank_seed(seed) for seed in range(1, 51)}
+    assert len(set(seeds.values())) == len(seeds)  # no two (seed, rank) pairs share a stream
+    monkeypatch.setattr(C, "RANK", 1)
+    C.seed_everything(C.Args(seed=1))
+    rank1_of_seed1 = torch.rand(3)
+    monkeypatch.setattr(C, "RANK", 0)
+    C.seed_everything(C.Args(seed=2))
+    assert not torch.equal(rank1_of_seed1, torch.rand(3))

@@ -3,16 +3,12 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import spy
+from conftest import ROOT, only_run, run_script, spy
 
 import ppo_gridworld as G
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # --- the clip's gradient: the six-cell table ------------------------------------------------
 
@@ -58,7 +54,7 @@ def test_clip_loss_gradient_matches_finite_differences_on_a_batch():
         assert grad[i] == pytest.approx(numeric, abs=1e-6)
 
 
-def test_value_loss_and_its_clipped_gradient():
+def test_value_loss_is_half_the_mse_with_exact_gradients_and_clipping_makes_it_pessimistic():
     rng = np.random.default_rng(1)
     v_old, returns = rng.normal(size=30), rng.normal(size=30)
     v_new = v_old + rng.normal(scale=0.5, size=30)
@@ -122,7 +118,7 @@ def test_natural_step_is_the_exponential_tilt_and_meets_the_kl_limit():
 # --- GAE and the exact solver ----------------------------------------------------------------
 
 
-def test_gae_with_a_termination_a_truncation_and_an_unfinished_tail():
+def test_gae_cuts_at_a_termination_and_bootstraps_a_truncation_from_its_final_cell_and_the_tail():
     gamma, lam = 0.9, 0.5
     # one env, 5 steps: step 1 terminates, step 3 is truncated, step 4 is cut off by the rollout
     rewards = np.array([[1.0], [2.0], [0.0], [3.0], [1.0]])
@@ -141,7 +137,7 @@ def test_gae_with_a_termination_a_truncation_and_an_unfinished_tail():
     assert ret == pytest.approx(adv + values)
 
 
-def test_value_iteration_and_policy_evaluation_on_a_hand_solved_mdp():
+def test_value_iteration_and_policy_evaluation_give_the_hand_solved_values():
     # two states, two actions: in s0, a0 stays (reward 1), a1 moves to the absorbing s1 (reward 5)
     P = np.zeros((2, 2, 2))
     P[0, 0, 0] = 1.0
@@ -177,16 +173,6 @@ def test_environment_truncates_after_the_time_limit(monkeypatch):
     assert state[0] == G.START  # reset in the same step; the final cell is returned apart
 
 
-def run_script(tmp_path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "ppo_gridworld.py"), *flags],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 # --- learning, end to end ----------------------------------------------------------------------
 
 
@@ -199,12 +185,12 @@ def test_default_run_reaches_the_optimum():
 
 
 @pytest.mark.parametrize("objective", ["kl-adaptive", "kl-fixed", "none"])
-def test_other_objectives_learn(objective):
+def test_the_kl_and_unclipped_objectives_learn_a_positive_return(objective):
     _, result = G.train(G.Args(objective=objective), verbose=False)
     assert result["true_return"] > 0.3
 
 
-def test_ablation_shows_what_the_clip_is_for():
+def test_the_ablation_shows_clip_runs_near_optimal_and_unclipped_runs_collapsing():
     table = G.run_ablation(G.Args())
     v_star = table["optimal_return"]
     clip = table["runs"]["clip"]
@@ -214,20 +200,26 @@ def test_ablation_shows_what_the_clip_is_for():
     assert len(collapsed) >= 2
 
 
-def test_script_writes_summary_and_tensorboard(tmp_path):
-    proc = run_script(tmp_path, "--num-iterations", "3")
+def test_the_script_writes_a_graded_summary_and_tensorboard_events(tmp_path):
+    proc = run_script(tmp_path, "ppo_gridworld.py", "--num-iterations", "3", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (run,) = (tmp_path / "runs").iterdir()
+    run = only_run(tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert {"true_return", "optimal_return", "greedy_optimal_fraction", "critic_max_error"} <= summary.keys()
     assert list(run.glob("events.out.tfevents.*"))
 
 
-def test_surrogate_study_writes_table_and_plot(tmp_path):
-    proc = run_script(tmp_path, "--surrogate-study")
+def test_the_surrogate_study_agrees_to_first_order_near_pi_obeys_the_trpo_bound_and_is_saved(tmp_path):
+    proc = run_script(tmp_path, "ppo_gridworld.py", "--surrogate-study", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (run,) = (tmp_path / "runs").iterdir()
-    rows = json.loads((run / "surrogate_study.json").read_text())["rows"]
+    run = only_run(tmp_path)
+    study = json.loads((run / "surrogate_study.json").read_text())
+    rows = study["rows"]
+    # TRPO's C = 4 eps gamma / (1 - gamma)^2, eps the largest |A| of the uniform policy (docs/gridworld.md: 327)
+    P, R = G.dynamics()
+    V = G.policy_evaluation(P, R, G.Agent.uniform().policy(), 0.9)
+    eps = np.abs((R + 0.9 * P @ V - V[:, None])[~G.TERMINAL]).max()
+    assert study["penalty_constant"] == pytest.approx(4 * eps * 0.9 / (1 - 0.9) ** 2) == pytest.approx(326.8, abs=0.1)
     assert rows[0]["surrogate"] == pytest.approx(rows[0]["true_return"])  # L(pi) = J(pi)
     small = [r for r in rows if r["max_kl"] < 0.01]
     assert all(abs(r["surrogate"] - r["true_return"]) < 0.01 for r in small)  # first-order agreement
@@ -250,8 +242,8 @@ def test_the_algorithm_imports_and_trains_with_numpy_alone(tmp_path):
 @pytest.mark.parametrize(
     "flags", [["--num-minibatches", "3"], ["--num-envs", "0"], ["--gamma", "1.5"], ["--ablation", "--surrogate-study"]]
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path, flags):
-    proc = run_script(tmp_path, *flags)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags):
+    proc = run_script(tmp_path, "ppo_gridworld.py", *flags, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
@@ -275,7 +267,7 @@ def surrogate_objective(z, pi_old, states, actions, logp_old, adv, objective, cl
 
 @pytest.mark.parametrize("ent_coef", [0.0, 0.3])
 @pytest.mark.parametrize("objective", ["clip", "kl-adaptive", "kl-fixed", "none"])
-def test_policy_gradient_matches_finite_differences(objective, ent_coef):
+def test_the_policy_gradient_of_every_objective_matches_finite_differences_of_its_definition(objective, ent_coef):
     rng = np.random.default_rng(3)
     z_old = rng.normal(size=(G.NUM_STATES, G.NUM_ACTIONS))
     z = z_old + rng.normal(scale=0.3, size=z_old.shape)  # some ratios outside the clip range
@@ -426,7 +418,7 @@ def test_truncated_steps_bootstrap_from_the_final_cell_at_collection(monkeypatch
     assert adv[t, 0] == pytest.approx(0.9 * corner - corner)
 
 
-def test_rollout_samples_actions_from_the_policy():
+def test_rollout_samples_actions_from_the_policy_and_stores_their_log_probs():
     agent = G.Agent.uniform()
     agent.logits[G.START] = np.log([0.1, 0.2, 0.3, 0.4])
     envs = G.GridEnvs(4000, np.random.default_rng(0))
@@ -466,7 +458,7 @@ def test_advantage_normalization_flag_changes_the_update():
     assert np.abs(logits[True] - logits[False]).max() > 1e-3
 
 
-def test_seeds_make_runs_differ_and_repeat():
+def test_the_same_seed_repeats_a_run_and_another_seed_changes_it():
     a = G.train(G.Args(seed=1, num_iterations=3), verbose=False)[1]
     b = G.train(G.Args(seed=1, num_iterations=3), verbose=False)[1]
     c = G.train(G.Args(seed=2, num_iterations=3), verbose=False)[1]
@@ -567,7 +559,7 @@ def test_finished_episodes_report_their_whole_return_including_the_last_reward(m
     assert finished == [1.0]
 
 
-def test_discounted_visitation_on_a_hand_solved_mdp():
+def test_discounted_visitation_gives_the_hand_solved_visits():
     P = np.zeros((2, 2, 2))
     P[0, 0, 0] = P[0, 1, 1] = 1.0  # in s0: a0 stays, a1 moves to the absorbing s1
     P[1, :, 1] = 1.0

@@ -3,60 +3,13 @@ parameters, against an independent step-by-step restatement of the loss."""
 
 import copy
 import dataclasses
-from types import SimpleNamespace
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import spy
+from conftest import ACT_DIM, OBS_DIM, N, T, args_for, make_agent, make_rollout, spy
 
 import ppo_continuous as C
-
-T, N, OBS_DIM, ACT_DIM = 16, 4, 3, 2  # 64 slots, some of them autoreset steps
-
-
-def make_agent(seed: int = 0) -> C.Agent:
-    torch.manual_seed(seed)
-    spaces = SimpleNamespace(
-        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,)),
-        single_action_space=gym.spaces.Box(-1, 1, (ACT_DIM,)),
-    )
-    agent = C.Agent(spaces)
-    with torch.no_grad():  # a policy head far from its near-zero init, so that steps move it visibly
-        agent.actor_mean.head.weight.normal_(0, 0.1)
-    return agent
-
-
-def make_rollout(agent: C.Agent, seed: int = 1) -> tuple[C.Rollout, torch.Tensor, torch.Tensor]:
-    """A rollout whose old log-probs are the agent's plus noise (so that ratios start spread around 1,
-    some outside the clip range), with every third env's step 5 and step 11 masked as autoreset steps."""
-    g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(T, N, OBS_DIM, generator=g)
-    with torch.no_grad():
-        mean = agent.actor_mean(obs)
-        actions = mean + agent.actor_logstd.exp() * torch.randn(T, N, ACT_DIM, generator=g)  # on-policy samples
-        _, logprobs, _, values = agent.get_action_and_value(obs.flatten(0, 1), actions.flatten(0, 1))
-    real = torch.ones(T, N, dtype=torch.bool)
-    real[5, ::3] = real[11, ::3] = False
-    buf = C.Rollout(
-        obs=obs,
-        actions=actions,
-        logprobs=logprobs.view(T, N) + 0.3 * torch.randn(T, N, generator=g),
-        values=values.view(T, N) + 0.5 * torch.randn(T, N, generator=g),
-        rewards=torch.zeros(T, N),
-        terminations=torch.zeros(T, N, dtype=torch.bool),
-        truncations=torch.zeros(T, N, dtype=torch.bool),
-        real=real,
-    )
-    advantages = 2.0 * torch.randn(T, N, generator=g) + 0.7
-    returns = buf.values + advantages + 0.3 * torch.randn(T, N, generator=g)
-    return buf, advantages, returns
-
-
-def args_for(**overrides) -> C.Args:
-    base = dict(num_envs=N, num_steps=T, num_minibatches=4, update_epochs=3, total_timesteps=T * N, ent_coef=0.01)
-    return C.Args(**(base | overrides))
 
 
 def reference_update(agent, buf, advantages, returns, args, perms, kl_beta, clip_coef, lr):

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import only_run, scalars, spy
+from conftest import ResetSeeds, VectorRecorder, find_wrapper, only_run, record_reset_seeds, scalars, spy
 
 import ppo_atari as A
 import ppo_continuous as C
@@ -77,7 +77,9 @@ class Wire:
     [{}, {"gamma": 0.8, "gae_lambda": 0.5}, {"bootstrap_truncation": False}],
     ids=["defaults", "gamma-lambda", "no-bootstrap-truncation"],
 )
-def test_rollout_feeds_gae_feeds_update(tmp_path, monkeypatch, overrides):
+def test_gae_gets_each_rollout_and_the_runs_settings_and_the_update_gets_gae_and_the_autoreset_mask(
+    tmp_path, monkeypatch, overrides
+):
     wire = Wire(monkeypatch)
     _, args = run_main(tmp_path, monkeypatch, **overrides)
     assert len(wire.rollouts) == len(wire.updates) == args.num_iterations == 3
@@ -126,7 +128,7 @@ def test_the_truncated_tail_bootstraps_unless_told_not_to(tmp_path, monkeypatch)
     assert torch.allclose(adv, delta_cut, atol=1e-6)
 
 
-def test_schedules_reach_the_optimizer_and_the_update(tmp_path, monkeypatch):
+def test_annealed_rate_and_clip_reach_the_optimizer_the_update_and_the_log(tmp_path, monkeypatch):
     wire = Wire(monkeypatch)
     _, args = run_main(tmp_path, monkeypatch, anneal_clip=True, learning_rate=1e-3, clip_coef=0.3)
     n = args.num_iterations
@@ -204,23 +206,9 @@ def test_exp_name_names_the_run_folder(tmp_path, monkeypatch):
 # --- seeds -------------------------------------------------------------------------------------
 
 
-class ResetSeeds(gym.Wrapper):
-    """Records every seed an environment is reset with, and its first raw observation."""
-
-    log: list = []
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        ResetSeeds.log.append((kwargs.get("seed"), obs.copy()))
-        return obs, info
-
-
 @pytest.fixture
 def reset_log(monkeypatch):
-    real = C.make_env
-    monkeypatch.setattr(C, "make_env", lambda *a: lambda: ResetSeeds(real(*a)()))
-    ResetSeeds.log = []
-    return ResetSeeds.log
+    return record_reset_seeds(monkeypatch)
 
 
 def seeded_run(tmp_path, monkeypatch, seed):
@@ -239,7 +227,9 @@ def seeded_run(tmp_path, monkeypatch, seed):
     }
 
 
-def test_same_seed_same_run_different_seed_different_run(tmp_path, monkeypatch, reset_log):
+def test_the_same_seed_repeats_envs_weights_actions_and_result_and_another_seed_changes_them(
+    tmp_path, monkeypatch, reset_log
+):
     a, b, c = (seeded_run(tmp_path, monkeypatch, s) for s in (1, 1, 2))
     assert a["reset_seeds"] == [1, 2] and c["reset_seeds"] == [2, 3]  # envs seeded apart, from --seed
     assert not np.allclose(a["first_obs"][0], a["first_obs"][1])
@@ -249,7 +239,7 @@ def test_same_seed_same_run_different_seed_different_run(tmp_path, monkeypatch, 
     assert all(torch.equal(a["final"][k], b["final"][k]) for k in a["final"])
 
 
-def test_cuda_and_determinism_flags(monkeypatch):
+def test_cuda_is_used_when_asked_and_available_and_torch_deterministic_sets_cudnn(monkeypatch):
     args = C.Args(torch_deterministic=False, cuda=True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert C.seed_everything(args).type == "cuda"
@@ -332,14 +322,14 @@ def test_chain_clips_actions_and_observations_scales_rewards_and_records_raw_ret
     rewards = np.stack(seen_rewards)
     assert np.abs(rewards).max() <= C.REWARD_CLIP and rewards.max() < 100  # scaled, not raw 1000s
     assert episodes and all(r == 5000.0 for r in episodes)  # the episode statistics keep raw returns
-    reward_wrapper = C.find_wrapper(envs, C.ScaleReward)
+    reward_wrapper = find_wrapper(envs, C.ScaleReward)
     assert reward_wrapper.return_rms.count > 1  # the reward statistics are being learned
 
 
 def test_reward_scaling_discounts_with_the_runs_gamma(monkeypatch):
     monkeypatch.setattr(C, "make_env", lambda *a: lambda: Scripted())
     envs = C.make_envs(C.Args(num_envs=1, gamma=0.5), "test")
-    assert C.find_wrapper(envs, C.ScaleReward).gamma == 0.5
+    assert find_wrapper(envs, C.ScaleReward).gamma == 0.5
     envs.close()
 
 
@@ -382,24 +372,6 @@ def test_reward_scaling_matches_a_hand_computed_sequence():
     got = [envs.step(np.zeros((2, 1), np.float32))[1] for _ in raw]
     assert np.allclose(got, expected, rtol=1e-3)
     envs.close()
-
-
-class VectorRecorder(gym.vector.VectorWrapper):
-    """Records what passes through the outermost vector env: each action in, each result out."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.steps, self.resets = [], []
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self.resets.append(np.array(obs))
-        return obs, info
-
-    def step(self, actions):
-        result = self.env.step(actions)
-        self.steps.append((np.array(actions), *[np.array(x) for x in result[:4]], result[4]))
-        return result
 
 
 def test_rollout_stores_each_observation_with_the_action_taken_on_it_and_its_outcome():
@@ -474,7 +446,7 @@ def test_each_bad_argument_is_one_line_exit_2_and_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_good_arguments_pass_the_checks():
+def test_the_boundary_values_of_gamma_and_lambda_and_a_target_kl_pass_the_checks():
     assert C.check_args(C.Args(env_id="Pendulum-v1", gamma=1.0, gae_lambda=0.0, target_kl=0.01)) is None
     assert A.check_args(A.Args(gamma=0.0, gae_lambda=1.0)) is None
 
@@ -488,7 +460,7 @@ def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, caps
     assert not (only_run(tmp_path) / "eval.json").exists()
 
 
-def test_summary_reports_the_run(tmp_path, monkeypatch):
+def test_the_summary_returned_and_on_disk_counts_steps_and_episodes_and_holds_the_eval_mean(tmp_path, monkeypatch):
     summary, _ = run_main(tmp_path, monkeypatch, eval_episodes=2)
     on_disk = json.loads((only_run(tmp_path) / "summary.json").read_text())
     assert on_disk == summary and summary["global_step"] == 1200 and summary["episodes"] == 4

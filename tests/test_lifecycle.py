@@ -1,0 +1,675 @@
+"""A run's life: checkpoint -> resume, interrupts, evaluation, the non-finite stop, bad checkpoints, and
+reruns under the same seed. Some checks run the scripts as real processes with real signals, the rest
+run ppo_continuous.py's main in-process, where spies can see the state a run holds: a resumed run goes
+on from exactly the state the uninterrupted run had; evaluation changes nothing it should not; a fault
+keeps the last good checkpoint; a bad checkpoint is refused with one line."""
+
+import copy
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import (
+    ROOT,
+    VectorRecorder,
+    find_wrapper,
+    only_run,
+    record_reset_seeds,
+    run_script,
+    scalars,
+    spy,
+    wait_for_checkpoint,
+)
+
+import ppo_atari as A
+import ppo_continuous as C
+
+# command-line flags for short runs in a subprocess
+PENDULUM = [
+    "--env-id",
+    "Pendulum-v1",
+    "--num-steps",
+    "256",
+    "--num-minibatches",
+    "4",
+    "--update-epochs",
+    "2",
+    "--eval-episodes",
+    "1",
+]
+BREAKOUT = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "32",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
+    "--eval-episodes",
+    "1",
+]
+# Args for runs of main in-process
+RUN = dict(
+    env_id="Pendulum-v1",
+    num_envs=2,
+    num_steps=200,
+    num_minibatches=4,
+    update_epochs=2,
+    total_timesteps=1600,  # 4 iterations of 400 steps
+    eval_episodes=0,
+    objective="kl-adaptive",  # so that beta is state that must survive too
+    kl_target=0.003,
+)
+STOP_AT = 2  # the interrupted run stops after this iteration
+
+
+def files(path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+def start(tmp_path, script, flags) -> subprocess.Popen:
+    """Start `python SCRIPT FLAGS...` in tmp_path, its stdout and stderr piped as text."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / script), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def live_state(record: list, monkeypatch):
+    """Record, at the start of every iteration, the state a checkpoint carries as the run holds it:
+    parameters, normalization statistics and RNG streams before the rollout; optimizer moments,
+    learning rate, clip and beta before the update."""
+
+    def before_rollout(envs, agent, buf, state, device):
+        record.append(
+            {
+                "agent": {k: v.clone() for k, v in agent.state_dict().items()},
+                "normalization": {k: v.clone() for k, v in C.normalization_state(envs).items()},
+                "rng": C.rng_state(),
+            }
+        )
+
+    def before_update(agent, optimizer, buf, advantages, returns, args, kl_beta, clip_coef):
+        record[-1] |= {
+            "optimizer": copy.deepcopy(optimizer.state_dict()),  # a copy: the moments change in place
+            "lr": optimizer.param_groups[0]["lr"],
+            "kl_beta": kl_beta,
+            "clip_coef": clip_coef,
+        }
+
+    spy(monkeypatch, C, "collect_rollout", before=before_rollout)
+    spy(monkeypatch, C, "update", before=before_update)
+
+
+def assert_same(a, b, path="state"):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    else:
+        assert a == b, path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One short finished run, shared: its checkpoint, and its training environments' reset seeds.
+    Tests may write eval.json beside the checkpoint; none may change the checkpoint itself."""
+    folder = tmp_path_factory.mktemp("trained")
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            log = record_reset_seeds(m)
+            C.main(C.Args(**(RUN | {"total_timesteps": 800, "seed": 3})))
+            training_seeds = {s for s, _ in log if s is not None}
+    finally:
+        os.chdir(cwd)
+    return only_run(folder) / C.CHECKPOINT, training_seeds
+
+
+# --- checkpoint -> resume ----------------------------------------------------------------------
+
+
+def test_resumed_run_holds_exactly_the_uninterrupted_state_and_keeps_learning(tmp_path, monkeypatch):
+    # the uninterrupted run
+    (tmp_path / "whole").mkdir()
+    monkeypatch.chdir(tmp_path / "whole")
+    whole: list = []
+    with monkeypatch.context() as m:
+        live_state(whole, m)
+        C.main(C.Args(**RUN))
+    # the same run, stopped by SIGINT during iteration STOP_AT ...
+    (tmp_path / "cut").mkdir()
+    monkeypatch.chdir(tmp_path / "cut")
+    with monkeypatch.context() as m:
+        calls = []
+
+        def interrupt_during(envs, agent, buf, state, device):
+            calls.append(1)
+            if len(calls) == STOP_AT:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        spy(m, C, "collect_rollout", before=interrupt_during)
+        with pytest.raises(SystemExit) as stop:
+            C.main(C.Args(**RUN))
+    assert stop.value.code == 128 + signal.SIGINT
+    checkpoint = only_run(tmp_path / "cut") / C.CHECKPOINT
+    saved = torch.load(checkpoint, weights_only=True)
+    assert saved["progress"]["iteration"] == STOP_AT
+    # ... and resumed: the state it goes on from is the uninterrupted run's, bit for bit
+    resumed: list = []
+    with monkeypatch.context() as m:
+        live_state(resumed, m)
+        log = record_reset_seeds(m)
+        C.main(C.Args(resume=str(checkpoint)))
+    reset_seeds = {seed for seed, _ in log if seed is not None}
+    first_seeds = {RUN.get("seed", 1) + i for i in range(RUN["num_envs"])}
+    assert reset_seeds and not reset_seeds & first_seeds  # fresh episodes, not a replay of the first ones
+    assert len(resumed) == len(whole) - STOP_AT
+    assert_same(resumed[0], whole[STOP_AT])
+    assert resumed[0]["kl_beta"] != RUN.get("kl_beta", 1.0)  # beta had adapted, and came back
+
+    # it goes on updating everything: nothing stays frozen at the checkpoint's values
+    final = torch.load(checkpoint, weights_only=True)
+    assert final["progress"]["global_step"] == RUN["total_timesteps"]
+    for key in ("obs_rms.count", "return_rms.count"):
+        assert final["normalization"][key] > saved["normalization"][key]
+    assert not torch.equal(final["normalization"]["obs_rms.mean"], saved["normalization"]["obs_rms.mean"])
+    assert any(not torch.equal(final["agent"][k], saved["agent"][k]) for k in saved["agent"])
+    steps = [s["step"] for s in final["optimizer"]["state"].values()]
+    assert all(s > t["step"] for s, t in zip(steps, saved["optimizer"]["state"].values()))
+
+    # one TensorBoard history: each iteration logged once, none missing
+    logged = scalars(only_run(tmp_path / "cut"))
+    batch = RUN["num_envs"] * RUN["num_steps"]
+    expected_steps = list(range(batch, RUN["total_timesteps"] + 1, batch))
+    for tag in ("charts/learning_rate", "losses/policy_loss", "charts/kl_beta"):
+        assert [s for s, _ in logged[tag]] == expected_steps, tag
+    whole_logged = scalars(only_run(tmp_path / "whole"))
+    assert logged["charts/learning_rate"] == whole_logged["charts/learning_rate"]
+    assert logged["charts/kl_beta"][:STOP_AT] == whole_logged["charts/kl_beta"][:STOP_AT]
+
+
+def test_resuming_from_an_older_checkpoint_replaces_what_was_logged_after_it(tmp_path, monkeypatch):
+    """A run that went on past its last checkpoint (and then died) resumes from that checkpoint: the
+    iterations logged after it are logged again, and TensorBoard holds each step once."""
+    monkeypatch.chdir(tmp_path)
+    snapshot = tmp_path / "at_iteration_2.pt"
+
+    def keep_second(result, path, agent, optimizer, envs, args, progress):
+        if progress["iteration"] == 2:
+            snapshot.write_bytes(open(path, "rb").read())
+
+    with monkeypatch.context() as m:
+        spy(m, C, "save_checkpoint", after=keep_second)
+        C.main(C.Args(**(RUN | {"save_every": 2})))
+    run_dir = only_run(tmp_path)
+    (run_dir / C.CHECKPOINT).write_bytes(snapshot.read_bytes())  # as if iterations 3 and 4 were never saved
+    C.main(C.Args(resume=str(run_dir / C.CHECKPOINT)))
+    logged = scalars(run_dir)
+    for tag in ("charts/learning_rate", "losses/value_loss", "charts/kl_beta"):
+        assert [s for s, _ in logged[tag]] == [400, 800, 1200, 1600], tag
+
+
+def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(trained, tmp_path, monkeypatch):
+    path = tmp_path / C.CHECKPOINT
+    shutil.copyfile(trained[0], path)  # a copy: the shared checkpoint stays whole whatever happens here
+    before = path.read_bytes()
+    ckpt = C.load_checkpoint(str(path))
+    envs = C.make_envs(ckpt["args"], "test")
+    agent = C.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters())
+
+    def crash(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        C.save_checkpoint(str(path), agent, optimizer, envs, ckpt["args"], ckpt["progress"])
+    assert path.read_bytes() == before
+    envs.close()
+
+
+# --- interrupts, by real signals to real processes ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "script, flags, sig, code",
+    [
+        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "20480"], signal.SIGINT, 130),
+        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "1280"], signal.SIGTERM, 143),
+    ],
+)
+def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with_its_closing_evaluation(
+    tmp_path, script, flags, sig, code
+):
+    proc = start(tmp_path, script, flags + ["--save-every", "1"])
+    wait_for_checkpoint(proc, tmp_path)
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+    assert proc.returncode == code
+    err = proc.stderr.read()
+    assert "resume with:" in err and "Traceback" not in err
+    run_dir = only_run(tmp_path)
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    stopped_at = ckpt["progress"]["global_step"]
+    total = int(flags[flags.index("--total-timesteps") + 1])
+    assert 0 < stopped_at < total
+    assert not (run_dir / "summary.json").exists()
+
+    resumed = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming at step {stopped_at}" in resumed.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == total
+    s = scalars(run_dir)  # one run folder, one learning-rate schedule from start to end
+    steps = [step for step, _ in s["charts/learning_rate"]]
+    assert steps == sorted(set(steps)) and steps[-1] == total
+    batch = steps[0]
+    lrs = dict(s["charts/learning_rate"])
+    lr0 = lrs[batch]
+    for step, lr in lrs.items():
+        assert lr == pytest.approx(lr0 * (1 - (step / batch - 1) / (total / batch)), rel=1e-5)
+    assert (run_dir / "eval.json").exists() and "eval/episodic_return" in s
+
+    again = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    assert again.returncode == 0 and "already finished" in again.stdout
+
+    # cut during its closing evaluation: the final checkpoint is there, eval.json and summary.json are
+    # not; resuming runs no iteration and writes the same evaluation and the summary
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    (run_dir / "eval.json").unlink()
+    (run_dir / "summary.json").unlink()
+    finished = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    assert finished.returncode == 0 and "already finished" not in finished.stdout, finished.stderr
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == evaluation["returns"]
+    closing = json.loads((run_dir / "summary.json").read_text())
+    assert closing["global_step"] == total and closing["sps"] is None
+    assert closing["mean_return_last_10"] == summary["mean_return_last_10"]
+    assert scalars(run_dir)["charts/learning_rate"] == s["charts/learning_rate"]  # no iteration ran again
+
+
+def test_a_second_interrupt_quits_at_once_without_saving(tmp_path):
+    flags = [
+        "--env-id",
+        "Pendulum-v1",
+        "--num-steps",
+        "4096",
+        "--num-minibatches",
+        "4",
+        "--update-epochs",
+        "2",
+        "--total-timesteps",
+        "40960",
+        "--save-every",
+        "1",
+    ]
+    proc = start(tmp_path, "ppo_continuous.py", flags)
+    saved = wait_for_checkpoint(proc, tmp_path).stat().st_mtime_ns
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # within the same (seconds-long) iteration
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    assert "resume with:" not in proc.stderr.read()  # it did not wait to save
+    assert next(tmp_path.glob("runs/*/checkpoint.pt")).stat().st_mtime_ns == saved
+
+
+# --- evaluation --------------------------------------------------------------------------------
+
+
+def eval_envs_for(checkpoint):
+    ckpt = C.load_checkpoint(str(checkpoint))
+    envs = VectorRecorder(C.make_eval_envs(ckpt["args"], "test", ckpt["normalization"]))
+    agent = C.Agent(envs)
+    C.restore_agent(ckpt, envs, agent, None, frozen=True)
+    return ckpt, envs, agent
+
+
+def test_evaluation_scores_what_training_scored_and_eval_checkpoint_scores_it_again(tmp_path):
+    """With a policy that training no longer changes, the evaluation's returns (sampling, as in
+    training) and the training's last episodes come from one distribution."""
+    proc = run_script(
+        tmp_path,
+        "ppo_continuous.py",
+        *PENDULUM[:-2],
+        "--total-timesteps",
+        "4096",
+        "--learning-rate",
+        "1e-9",
+        "--eval-episodes",
+        "10",
+        "--eval-stochastic",
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run(tmp_path)
+    train = [v for _, v in scalars(run_dir)["charts/episodic_return"]][-10:]
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    noise = np.sqrt((np.var(train) + evaluation["std_return"] ** 2) / 10)
+    assert abs(evaluation["mean_return"] - np.mean(train)) < 4 * noise
+    again = run_script(
+        tmp_path,
+        "ppo_continuous.py",
+        "--eval-checkpoint",
+        str(run_dir / "checkpoint.pt"),
+        "--eval-episodes",
+        "10",
+        "--eval-stochastic",
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads((run_dir / "eval.json").read_text())["mean_return"] == pytest.approx(evaluation["mean_return"])
+    assert "+-" in again.stdout
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_evaluation_leaves_the_statistics_unchanged(trained, greedy):
+    ckpt, envs, agent = eval_envs_for(trained[0])
+    C.evaluate(envs, agent, 2, greedy, 123, torch.device("cpu"))
+    assert_same(C.normalization_state(envs), ckpt["normalization"])
+    envs.close()
+
+
+def test_greedy_evaluation_takes_the_mean_action_and_stochastic_samples(trained):
+    ckpt, envs, agent = eval_envs_for(trained[0])
+    with torch.no_grad():
+        agent.actor_logstd.fill_(0.0)  # std 1: samples stand far from the mean
+    distance = {}
+    for greedy in (True, False):
+        envs.steps.clear()
+        envs.resets.clear()
+        C.evaluate(envs, agent, 1, greedy, 123, torch.device("cpu"))
+        seen = np.concatenate([envs.resets[0]] + [step[1] for step in envs.steps[:-1]])  # what the policy saw
+        taken = np.concatenate([step[0] for step in envs.steps])
+        with torch.no_grad():
+            means = agent.actor_mean(torch.as_tensor(seen)).numpy()
+        distance[greedy] = np.abs(taken - means).max()
+    assert distance[True] < 1e-6  # greedy: exactly the mean
+    assert distance[False] > 0.5  # stochastic: samples around it
+    envs.close()
+
+
+def test_atari_greedy_is_the_argmax_and_stochastic_samples():
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    torch.manual_seed(0)
+    agent = A.Agent(envs)
+    with torch.no_grad():
+        agent.actor.weight.mul_(300)  # confident but not certain: argmax and samples part ways
+    obs = torch.as_tensor(envs.reset(seed=0)[0]).repeat(256, 1, 1, 1)
+    obs[128:] = torch.randint(0, 256, obs[128:].shape, dtype=torch.uint8)
+    with torch.no_grad():
+        logits = agent.actor(agent.features(obs))
+        greedy, _, _, _ = agent.get_action_and_value(obs, greedy=True)
+        sampled, _, _, _ = agent.get_action_and_value(obs)
+    assert torch.equal(greedy, logits.argmax(-1))
+    assert (sampled != greedy).any()
+    envs.close()
+
+
+def test_evaluation_seeds_never_overlap_training_seeds(trained, monkeypatch, tmp_path):
+    checkpoint, training_seeds = trained
+    log = record_reset_seeds(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    C.main(C.Args(eval_checkpoint=str(checkpoint), eval_episodes=2))
+    eval_seeds = {s for s, _ in log if s is not None}
+    assert eval_seeds and not eval_seeds & training_seeds
+
+
+def test_evaluation_is_greedy_by_default_and_eval_stochastic_samples(trained, monkeypatch):
+    calls = spy(monkeypatch, C, "evaluate")
+    C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=1))
+    C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=1, eval_stochastic=True))
+    assert [args[3] for args, _, _ in calls] == [True, False]  # evaluate's greedy argument
+    result = json.loads((trained[0].parent / "eval.json").read_text())
+    assert result["greedy"] is False and result["episodes"] == 1
+
+
+def test_eval_checkpoint_changes_no_byte_of_the_checkpoint_and_plays_the_same_episodes_each_time(trained):
+    before = trained[0].read_bytes()
+    first = C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=2))
+    second = C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=2))
+    assert trained[0].read_bytes() == before
+    assert first["returns"] == second["returns"]  # the same episodes each time
+
+
+def test_eval_checkpoint_takes_the_env_and_seed_from_the_saved_run_not_the_command_line(trained):
+    """--eval-checkpoint evaluates with the saved run's Args (env, seed), only the evaluation flags
+    coming from the command line."""
+    ckpt = C.load_checkpoint(str(trained[0]))
+    assert ckpt["args"].seed == 3 and ckpt["args"].env_id == "Pendulum-v1"
+    result = C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=1, env_id="HalfCheetah-v4", seed=9))
+    assert result["episodes"] == 1 and dataclasses.asdict(ckpt["args"])["seed"] == 3
+
+
+def test_evaluation_runs_one_environment_whatever_training_used(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = spy(monkeypatch, C, "evaluate")
+    C.main(C.Args(**(RUN | {"num_envs": 4, "num_steps": 100, "total_timesteps": 400, "eval_episodes": 2})))
+    ((envs, *_), _, returns) = calls[0]
+    assert envs.num_envs == 1 and len(returns) == 2
+
+
+# --- the non-finite stop -----------------------------------------------------------------------
+
+
+def test_a_non_finite_update_stops_with_exit_1_and_one_line_leaving_the_last_good_checkpoint_byte_identical(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    good = {}
+
+    def keep_bytes(result, path, *args):
+        good["bytes"] = open(path, "rb").read()
+
+    def poison_third(metrics, agent, *args):
+        if len(updates) == 3:
+            with torch.no_grad():
+                agent.actor_logstd.fill_(float("nan"))
+
+    updates = spy(monkeypatch, C, "update", after=poison_third)
+    spy(monkeypatch, C, "save_checkpoint", after=keep_bytes)
+    args = C.Args(**(RUN | {"save_every": 1, "total_timesteps": 2000}))
+    with pytest.raises(SystemExit) as stop:
+        C.main(args)
+    assert stop.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: non-finite") and "iteration 3" in err[-1] and "untouched" in err[-1]
+    run_dir = only_run(tmp_path)
+    assert (run_dir / C.CHECKPOINT).read_bytes() == good["bytes"]  # iteration 2's, byte for byte
+    assert C.load_checkpoint(str(run_dir / C.CHECKPOINT))["progress"]["iteration"] == 2
+    assert [s for s, _ in scalars(run_dir)["charts/learning_rate"]] == [400, 800]  # the log up to the fault
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_a_diverging_run_ends_its_process_with_exit_1_one_error_line_no_traceback_and_a_finite_checkpoint(
+    tmp_path,
+):
+    """Divergence for real (a learning rate of 1e38), not a poisoned parameter, in a real process."""
+    proc = run_script(
+        tmp_path,
+        "ppo_continuous.py",
+        *PENDULUM,
+        "--total-timesteps",
+        "2560",
+        "--save-every",
+        "1",
+        "--learning-rate",
+        "1e38",
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: non-finite") and "Traceback" not in proc.stderr
+    run_dir = only_run(tmp_path)
+    if (run_dir / "checkpoint.pt").exists():  # the good one from before the fault, loadable
+        ckpt = C.load_checkpoint(str(run_dir / "checkpoint.pt"))
+        assert all(torch.isfinite(v).all() for v in ckpt["agent"].values())
+
+
+# --- bad checkpoints ---------------------------------------------------------------------------
+
+
+def other_shapes(ckpt_path, out) -> None:
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    ckpt["args"]["env_id"] = "MountainCarContinuous-v0"  # 2 observations, not Pendulum's 3
+    ckpt["progress"] |= {"iteration": 0, "global_step": 0}  # unfinished: --resume gets as far as the shapes
+    torch.save(ckpt, out)
+
+
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("missing", "no checkpoint"),
+        ("truncated", "not a readable checkpoint"),
+        ("garbage", "not a readable checkpoint"),
+        ("other_script", "not written by ppo_atari.py"),
+        ("other_shapes", "spaces"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["--resume", "--eval-checkpoint"])
+def test_bad_checkpoints_are_refused_with_one_line_exit_2_and_nothing_written(tmp_path, trained, kind, message, mode):
+    good = trained[0]
+    bad = tmp_path / "bad.pt"
+    script = "ppo_atari.py" if kind == "other_script" else "ppo_continuous.py"
+    if kind == "truncated":
+        bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif kind == "garbage":
+        bad.write_bytes(os.urandom(4096))
+    elif kind == "other_script":
+        bad.write_bytes(good.read_bytes())
+    elif kind == "other_shapes":
+        other_shapes(good, bad)
+    before = files(tmp_path)
+    proc = run_script(tmp_path, script, mode, str(bad), timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.strip().splitlines() if "A.L.E" not in line and "Stella" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
+    assert files(tmp_path) == before  # nothing written
+
+
+def test_checkpoints_never_run_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"script": "ppo_continuous", "payload": Evil()}, path)
+    proc = run_script(tmp_path, "ppo_continuous.py", "--eval-checkpoint", str(path), timeout=120)
+    assert proc.returncode == 2 and not (tmp_path / "pwned").exists()
+
+
+# --- reruns ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "script, flags",
+    [
+        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "1024"]),
+        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "128"]),
+        ("ppo_gridworld.py", ["--num-iterations", "5"]),
+    ],
+)
+def test_the_same_seed_logs_the_same_scalars_in_every_script(tmp_path, script, flags):
+    results = []
+    for attempt in range(2):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        proc = run_script(folder, script, *flags)
+        assert proc.returncode == 0, proc.stderr
+        s = scalars(only_run(folder))
+        results.append({tag: values for tag, values in s.items() if tag != "charts/SPS"})
+    assert results[0] == results[1]
+
+
+# --- resuming on another number of processes, and what a checkpoint carries exactly ---------------------
+
+SHORT_PENDULUM = dict(env_id="Pendulum-v1", num_steps=256, num_minibatches=4, update_epochs=1, eval_episodes=0)
+
+
+def stop_at_iteration(monkeypatch, iteration: int) -> None:
+    """The stop request of a signal, delivered to the loop at the given iteration."""
+    real, seen = C.gather_iteration, []
+
+    def gather(*args):
+        metrics, episodes, signum = real(*args)
+        seen.append(None)
+        return metrics, episodes, signal.SIGINT if len(seen) == iteration else signum
+
+    monkeypatch.setattr(C, "gather_iteration", gather)
+
+
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 1)])
+def test_a_run_resumed_on_another_number_of_processes_keeps_its_budget_and_its_schedule(
+    tmp_path, monkeypatch, before, after
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(C, "start_distributed", lambda agent, device: None)  # one process plays rank 0 of N
+    monkeypatch.setenv("WORLD_SIZE", str(before))
+    stop_at_iteration(monkeypatch, 3)
+    with pytest.raises(SystemExit):
+        C.main(C.Args(**SHORT_PENDULUM, total_timesteps=4096))
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(C, "start_distributed", lambda agent, device: None)
+    monkeypatch.setenv("WORLD_SIZE", str(after))
+    checkpoint = only_run(tmp_path) / C.CHECKPOINT
+    stopped, batch = 3 * 256 * before, 256 * after
+    final = stopped + (4096 - stopped) // batch * batch  # whole batches of the new size, within the budget
+    summary = C.main(C.Args(resume=str(checkpoint)))
+    assert summary["global_step"] == final <= 4096
+    assert torch.load(checkpoint, weights_only=True)["progress"]["iteration"] == 3 + (final - stopped) // batch
+    resumed = [(s, lr) for s, lr in scalars(only_run(tmp_path))["charts/learning_rate"] if s > stopped]
+    assert [s for s, _ in resumed] == list(range(stopped + batch, final + 1, batch))
+    for step, lr in resumed:  # the start rate times the share of the budget not yet trained
+        assert lr == pytest.approx(3e-4 * (1 - (step - batch) / final), rel=1e-6)
+
+
+def test_a_checkpoint_from_a_host_with_more_gpus_restores_this_process_s_gpu_only(monkeypatch):
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    agent = C.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters())
+    gpu_states = [torch.full((16,), d, dtype=torch.uint8) for d in (0, 1)]  # what a 2-GPU host saved
+    spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
+    ckpt = {"spaces": spaces, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()}
+    ckpt |= {"normalization": C.normalization_state(envs), "rng": [C.rng_state() | {"cuda": gpu_states}]}
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host with one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append((state, device)))
+    C.restore_agent(ckpt, envs, agent, optimizer, frozen=True)
+    assert len(restored) == 1 and torch.equal(restored[0][0], gpu_states[0]) and restored[0][1] in (0, "cuda", "cuda:0")
+    envs.close()
+
+
+def test_normalization_counts_survive_a_checkpoint_exactly_beyond_float32(tmp_path):
+    args = C.Args(env_id="Pendulum-v1")
+    envs = C.make_envs(args, "test")
+    agent = C.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters())
+    find_wrapper(envs, gym.wrappers.vector.NormalizeObservation).obs_rms.count = 33_554_433  # 2^25 + 1
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    C.save_checkpoint(str(tmp_path / "ckpt.pt"), agent, optimizer, envs, args, progress)
+    fresh = C.make_envs(args, "test")
+    C.restore_agent(C.load_checkpoint(str(tmp_path / "ckpt.pt")), fresh, C.Agent(fresh), None, frozen=True)
+    assert find_wrapper(fresh, gym.wrappers.vector.NormalizeObservation).obs_rms.count == 33_554_433
+    envs.close()
+    fresh.close()

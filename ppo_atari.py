@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import tyro
+from gymnasium.vector import VectorEnv
+from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
-
-gym.register_envs(ale_py)  # make the ALE ids known to gymnasium
 
 # =============================================================================================
 # PART I: PPO
@@ -147,6 +147,7 @@ RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 # 2. Environment ------------------------------------------------------------------------------
 
 
+gym.register_envs(ale_py)  # make the ALE ids known to gymnasium
 NOOP_MAX = 30  # up to 30 no-op actions at reset, so that games start in different states
 FRAME_SKIP = 4  # repeat each action for 4 frames, max-pooling the last two (Atari flickers)
 SCREEN = 84  # frames are resized to 84x84 grayscale
@@ -213,7 +214,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     return thunk
 
 
-def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
+def make_envs(args: Args, run_name: str) -> VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
     real final observation (through the same wrappers as any other), and the next step only resets."""
     envs = gym.vector.SyncVectorEnv(
@@ -253,7 +254,7 @@ def layer_init(layer: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
 class Agent(nn.Module):
     """The Nature CNN (Mnih et al. 2015) shared by a categorical policy head and a value head."""
 
-    def __init__(self, envs: gym.vector.VectorEnv):
+    def __init__(self, envs: VectorEnv):
         super().__init__()
         channels = envs.single_observation_space.shape[0]
         self.network = nn.Sequential(
@@ -271,14 +272,14 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(HIDDEN, envs.single_action_space.n), POLICY_HEAD_GAIN)
         self.critic = layer_init(nn.Linear(HIDDEN, 1), VALUE_HEAD_GAIN)
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
+    def features(self, obs: Tensor) -> Tensor:
         """(B, 4, 84, 84) uint8 frames -> (B, 512)."""
         return self.network((obs / PIXEL_MAX).contiguous(memory_format=torch.channels_last))
 
-    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+    def get_value(self, obs: Tensor) -> Tensor:
         return self.critic(self.features(obs)).squeeze(-1)  # (B, 4, 84, 84) -> (B,)
 
-    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, greedy: bool = False):
+    def get_action_and_value(self, obs: Tensor, action: Tensor | None = None, greedy: bool = False):
         """Sample an action (or score the given one, or take the likeliest with greedy): the action,
         its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
         hidden = self.features(obs)  # (B, 512)
@@ -288,20 +289,28 @@ class Agent(nn.Module):
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.critic(hidden).squeeze(-1)
 
+    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The rollout's one call per step: get_action_and_value's sampled action, its log-prob (B,) and
+        the value (B,), without the entropy."""
+        hidden = self.features(obs)  # (B, 512)
+        log_probs = self.actor(hidden).log_softmax(-1)  # (B, num_actions)
+        action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+        return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), self.critic(hidden).squeeze(-1)
+
 
 # 4. Algorithm: pure functions of tensors -----------------------------------------------------
 
 
 def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_value: torch.Tensor,
-    terminations: torch.Tensor,
-    truncations: torch.Tensor,
+    rewards: Tensor,
+    values: Tensor,
+    next_value: Tensor,
+    terminations: Tensor,
+    truncations: Tensor,
     gamma: float,
     gae_lambda: float,
     bootstrap_truncation: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Generalized advantage estimation over a rollout of shape (T, N).
 
     values[t] = V(s_t); next_value = V(s_T), the observation after the last step. With NEXT_STEP
@@ -326,13 +335,13 @@ def compute_gae(
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
 
 
-def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     return (x - mean) / (std + ADV_EPS)
 
 
 def policy_loss(
-    ratio: torch.Tensor, advantages: torch.Tensor, objective: str, clip_coef: float, kl: torch.Tensor, kl_beta: float
-) -> torch.Tensor:
+    ratio: Tensor, advantages: Tensor, objective: str, clip_coef: float, kl: Tensor, kl_beta: float
+) -> Tensor:
     """The policy part of the loss to minimize (the negated objective of the PPO paper's Table 1).
 
     clip:        -E[min(r A, clip(r, 1-eps, 1+eps) A)]
@@ -348,9 +357,7 @@ def policy_loss(
     return -surrogate.mean()
 
 
-def value_loss(
-    new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_coef: float | None
-) -> torch.Tensor:
+def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
     """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within
     clip_coef of the value at collection time (a pessimistic bound, as for the policy)."""
     unclipped = (new_values - returns).square()
@@ -360,12 +367,12 @@ def value_loss(
     return 0.5 * torch.max(unclipped, (clipped - returns).square()).mean()
 
 
-def kl_k3(logratio: torch.Tensor) -> torch.Tensor:
+def kl_k3(logratio: Tensor) -> Tensor:
     """Per-sample k3 estimate of KL(old || new): (r - 1) - log r, never negative."""
     return torch.expm1(logratio) - logratio
 
 
-def clip_fraction(ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:
     """Share of samples whose ratio left [1 - eps, 1 + eps]."""
     return ((ratio - 1).abs() > clip_coef).float().mean()
 
@@ -385,7 +392,7 @@ def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
     return beta
 
 
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+def explained_variance(predicted: Tensor, target: Tensor) -> float:
     """1 - Var[target - predicted] / Var[target] over every process's samples (1: perfect, 0: a constant's)."""
     var = global_var(target)
     return float("nan") if var == 0 else float(1 - global_var(target - predicted) / var)
@@ -408,17 +415,17 @@ def torch_dtype(space: gym.spaces.Space) -> torch.dtype:
 class Rollout:
     """What one rollout stores, each (T, N, ...) on the training device."""
 
-    obs: torch.Tensor
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
-    rewards: torch.Tensor
-    terminations: torch.Tensor
-    truncations: torch.Tensor
-    real: torch.Tensor  # False on the autoreset step that follows a done: not a transition to train on
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminations: Tensor
+    truncations: Tensor
+    real: Tensor  # False on the autoreset step that follows a done: not a transition to train on
 
     @staticmethod
-    def allocate(envs: gym.vector.VectorEnv, num_steps: int, device: torch.device) -> "Rollout":
+    def allocate(envs: VectorEnv, num_steps: int, device: torch.device) -> "Rollout":
         shape = (num_steps, envs.num_envs)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         return Rollout(
@@ -437,13 +444,13 @@ class Rollout:
 class EnvState:
     """What carries over from one rollout to the next: the observation, and whether each env's last step ended."""
 
-    obs: torch.Tensor
-    done: torch.Tensor
+    obs: Tensor
+    done: Tensor
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all: cheaper per call than no_grad
 def collect_rollout(
-    envs: gym.vector.VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
+    envs: VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
 ) -> tuple[EnvState, list[tuple[float, int]]]:
     """Run the policy for T steps in every env, filling buf. Returns the new state and the
     finished episodes' raw (return, length, rollout step at which each ended)."""
@@ -454,7 +461,7 @@ def collect_rollout(
     episodes = []
     obs = state.obs
     for step in range(num_steps):
-        action, logprob, _, value = agent.get_action_and_value(obs)
+        action, logprob, value = agent.act(obs)
         buf.obs[step], buf.actions[step], buf.logprobs[step], buf.values[step] = obs, action, logprob, value
         next_obs, rewards[step], terminations[step], truncations[step], info = envs.step(action.cpu().numpy())
         obs = torch.as_tensor(next_obs, device=device)
@@ -477,8 +484,8 @@ def update(
     agent: Agent,
     optimizer: torch.optim.Optimizer,
     buf: Rollout,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
+    advantages: Tensor,
+    returns: Tensor,
     args: Args,
     kl_beta: float,
     clip_coef: float,
@@ -489,8 +496,8 @@ def update(
     b_actions = buf.actions.flatten(0, 1)[keep]
     b_logprobs, b_values = buf.logprobs.flatten()[keep], buf.values.flatten()[keep]
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
-    losses: list[torch.Tensor] = []  # per minibatch: (policy loss, value loss, entropy, grad norm)
-    logratios: list[torch.Tensor] = []  # per minibatch: log pi/pi_old of each sample, for the statistics
+    losses: list[Tensor] = []  # per minibatch: (policy loss, value loss, entropy, grad norm)
+    logratios: list[Tensor] = []  # per minibatch: log pi/pi_old of each sample, for the statistics
     epochs_done = 0
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
@@ -656,14 +663,14 @@ def rank_seed(seed: int) -> int:
     return int(np.random.SeedSequence(seed, spawn_key=(RANK,)).generate_state(1)[0])
 
 
-def all_sum(x: torch.Tensor) -> torch.Tensor:
+def all_sum(x: Tensor) -> Tensor:
     """x summed over every process, in place (x itself without a process group)."""
     if dist.is_initialized():
         dist.all_reduce(x)
     return x
 
 
-def global_mean(x: torch.Tensor) -> torch.Tensor:
+def global_mean(x: Tensor) -> Tensor:
     """The mean of x over every process's samples."""
     if not dist.is_initialized():
         return x.mean()
@@ -671,7 +678,7 @@ def global_mean(x: torch.Tensor) -> torch.Tensor:
     return total / n
 
 
-def global_var(x: torch.Tensor) -> torch.Tensor:
+def global_var(x: Tensor) -> Tensor:
     """The variance (n - 1) of x over every process's samples, from the global mean, in float64."""
     if not dist.is_initialized():
         return x.var()
@@ -679,7 +686,7 @@ def global_var(x: torch.Tensor) -> torch.Tensor:
     return all_sum((x.double() - total / n).square().sum()) / (n - 1)
 
 
-def minibatch_moments(x: torch.Tensor, slices: list[slice]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tensor]]:
     """The mean and std of x in each minibatch; under torchrun, of every process's share of it: the mean
     first, then the centred squares, in float64 (the sum of squares less n mean^2 cancels in float32)."""
     if not dist.is_initialized():
@@ -727,7 +734,7 @@ def gather_iteration(metrics: dict, samples: int, episodes: list, signum: int | 
     return metrics, [e for _, _, eps, _ in everyone for e in eps], max(signals) if signals else None
 
 
-def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def merge_normalization(envs: VectorEnv, prior: dict[str, Tensor]) -> dict[str, Tensor]:
     """Combine every process's running statistics, weighted by their counts, into the global ones that
     every process goes on with. Each process holds prior (the last merge) plus what it has seen since:
     add up the raw moments, and count prior once."""
@@ -755,7 +762,7 @@ def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tenso
 RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
 
 
-def running_stats(envs: gym.vector.VectorEnv) -> list[tuple[gym.vector.VectorEnv, str]]:
+def running_stats(envs: VectorEnv) -> list[tuple[VectorEnv, str]]:
     """(wrapper, name) of every running statistic in the chain of wrappers around envs."""
     found = []
     while hasattr(envs, "env"):
@@ -764,7 +771,7 @@ def running_stats(envs: gym.vector.VectorEnv) -> list[tuple[gym.vector.VectorEnv
     return found
 
 
-def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
+def normalization_state(envs: VectorEnv) -> dict[str, Tensor]:
     """The running statistics of every normalizing wrapper around envs, as tensors."""
     state = {}
     for wrapper, name in running_stats(envs):
@@ -774,7 +781,7 @@ def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor], frozen: bool) -> None:
+def load_normalization_state(envs: VectorEnv, state: dict[str, Tensor], frozen: bool) -> None:
     """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
     for wrapper, name in running_stats(envs):
         rms = vars(wrapper)[name]
@@ -784,7 +791,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.
     freeze_normalization(envs, frozen)
 
 
-def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
+def freeze_normalization(envs: VectorEnv, frozen: bool) -> None:
     """Stop (or restart) the updates of every normalizing wrapper's running statistics."""
     for wrapper, _ in running_stats(envs):
         wrapper.update_running_mean = not frozen
@@ -808,7 +815,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(
-    path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: gym.vector.VectorEnv, args: Args, progress: dict
+    path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: VectorEnv, args: Args, progress: dict
 ) -> None:
     """Everything a run needs to go on, written beside path and renamed over it: a crash leaves the last one whole."""
     state = {
@@ -844,7 +851,7 @@ def load_checkpoint(path: str) -> dict:
 
 
 def restore_agent(
-    ckpt: dict, envs: gym.vector.VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
+    ckpt: dict, envs: VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
 ) -> None:
     """Load the saved agent (and optimizer, and this process's RNG streams) and normalization, after
     checking they fit these envs."""
@@ -902,7 +909,7 @@ def seed_everything(args: Args) -> torch.device:
 
 @torch.no_grad()
 def evaluate(
-    envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
+    envs: VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
 ) -> list[float]:
     """Raw returns of num_episodes whole episodes (whole games on Atari) of the policy."""
     returns = []
@@ -916,14 +923,14 @@ def evaluate(
     return returns[:num_episodes]
 
 
-def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector.VectorEnv:
+def make_eval_envs(args: Args, run_name: str, normalization: dict) -> VectorEnv:
     """One environment whose normalization statistics are the given ones, frozen."""
     envs = make_envs(dataclasses.replace(args, num_envs=1), f"{run_name}/eval")
     load_normalization_state(envs, normalization, frozen=True)
     return envs
 
 
-def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: str, device: torch.device) -> dict:
+def run_evaluation(envs: VectorEnv, agent: Agent, args: Args, path: str, device: torch.device) -> dict:
     """Evaluate, print mean +- std of the raw return, and write the figures to path (eval.json)."""
     returns = evaluate(envs, agent, args.eval_episodes, not args.eval_stochastic, args.seed + EVAL_SEED_OFFSET, device)
     result = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns))}
@@ -951,9 +958,7 @@ def evaluate_checkpoint(args: Args) -> dict:
     return result
 
 
-def finish_run(
-    args: Args, run_dir: str, progress: dict, agent: Agent, envs: gym.vector.VectorEnv, log: "RunLog"
-) -> dict:
+def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: VectorEnv, log: "RunLog") -> dict:
     """After the last iteration rank 0 evaluates the policy (eval.json) and writes summary.json."""
     device = next(agent.parameters()).device
     log.bar.close()
@@ -1002,7 +1007,7 @@ class Interrupts:
             os._exit(128 + signum)
 
 
-def stop_on_signal(signum: int, log: "RunLog", envs: gym.vector.VectorEnv, args: Args, run_dir: str) -> None:
+def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
     log.close()
     envs.close()

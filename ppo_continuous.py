@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import tyro
+from gymnasium.vector import VectorEnv
+from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
-
-os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders headless only through EGL
 
 # =============================================================================================
 # PART I: PPO
@@ -147,9 +147,29 @@ RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 # 2. Environment ------------------------------------------------------------------------------
 
 
+os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders headless only through EGL
 OBS_CLIP = 10.0  # normalized observations are clipped to +-10
 REWARD_CLIP = 10.0  # scaled rewards are clipped to +-10
+NORM_EPS = 1e-8  # keeps the normalizing divisions finite when a variance is zero
+RMS_PRIOR_COUNT = 1e-4  # the running statistics start as mean 0, variance 1 seen this many times
 ENV_KWARGS: dict = {}  # gym.make's defaults
+
+
+class RunningMeanStd:
+    """Running mean and variance of every batch seen (Chan et al.'s parallel update): the formulas of
+    gymnasium's RunningMeanStd, in fewer NumPy calls (its np.var costs more than the arithmetic)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: type = np.float64):
+        self.mean, self.var, self.count = np.zeros(shape, dtype), np.ones(shape, dtype), RMS_PRIOR_COUNT
+
+    def update(self, x: np.ndarray) -> None:
+        batch_count = x.shape[0]
+        batch_mean = x.sum(0) / batch_count  # (B, ...) -> (...)
+        centred = x - x.sum(0, keepdims=True) / batch_count
+        batch_var = (centred * centred).sum(0) / batch_count
+        delta, total = batch_mean - self.mean, self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * self.count * batch_count / total
+        self.mean, self.var, self.count = self.mean + delta * batch_count / total, m2 / total, total
 
 
 class ScaleReward(gym.vector.VectorWrapper):
@@ -158,10 +178,10 @@ class ScaleReward(gym.vector.VectorWrapper):
     NormalizeReward never restarts it at truncations, and carries a terminal reward into the next episode.)
     The autoreset step that follows a done is no transition: it neither adds to R nor to the statistics."""
 
-    def __init__(self, envs: gym.vector.VectorEnv, gamma: float, epsilon: float = 1e-8):
+    def __init__(self, envs: VectorEnv, gamma: float, epsilon: float = NORM_EPS):
         super().__init__(envs)
         self.gamma, self.epsilon, self.update_running_mean = gamma, epsilon, True
-        self.return_rms = gym.wrappers.utils.RunningMeanStd(shape=())
+        self.return_rms = RunningMeanStd(shape=())
         self.returns = np.zeros(self.num_envs)  # (N,) discounted return of each env's episode so far
         self.done = np.zeros(self.num_envs, dtype=bool)  # the last step ended the episode: this one resets
 
@@ -175,9 +195,39 @@ class ScaleReward(gym.vector.VectorWrapper):
         self.returns[self.done] = 0.0
         return obs, rewards / np.sqrt(self.return_rms.var + self.epsilon), terminations, truncations, info
 
-    def reset(self, **kwargs):
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
         self.returns[:], self.done[:] = 0.0, False
-        return self.env.reset(**kwargs)
+        return self.env.reset(seed=seed, options=options)
+
+
+class Normalize(gym.vector.VectorWrapper):
+    """The rest of what the script does to every step, on the whole (num_envs, ...) batch in one layer (as
+    gymnasium's ClipAction, NormalizeObservation, a clip and ClipReward would, for half the cost): actions
+    clipped to their bounds (the buffer keeps the unclipped sample, which the loss scores); observations
+    normalized by a running mean/std shared by all envs (the reset's observations count too), then clipped;
+    the scaled rewards clipped."""
+
+    def __init__(self, envs: VectorEnv):
+        super().__init__(envs)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.obs_rms = RunningMeanStd(self.single_observation_space.shape, np.float32)
+        self.update_running_mean = True  # False: frozen statistics (evaluation)
+
+    def observations(self, obs: np.ndarray) -> np.ndarray:
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        normalized = ((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + NORM_EPS)).astype(np.float32)
+        return normalized.clip(-OBS_CLIP, OBS_CLIP)
+
+    def step(self, actions):
+        clipped = actions.clip(self.env.action_space.low, self.env.action_space.high)
+        obs, rewards, terminations, truncations, info = self.env.step(clipped)
+        return self.observations(obs), rewards.clip(-REWARD_CLIP, REWARD_CLIP), terminations, truncations, info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        observations, info = self.env.reset(seed=seed, options=options)
+        return self.observations(observations), info
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
@@ -191,7 +241,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     return thunk
 
 
-def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
+def make_envs(args: Args, run_name: str) -> VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
     real final observation (through the same wrappers as any other), and the next step only resets."""
     envs = gym.vector.SyncVectorEnv(
@@ -199,12 +249,8 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # innermost: logs the raw returns
-    envs = gym.wrappers.vector.ClipAction(envs)  # the env sees clipped actions; the buffer keeps the sample
-    envs = gym.wrappers.vector.NormalizeObservation(envs)  # running mean/std shared by all envs
-    envs = gym.wrappers.vector.TransformObservation(envs, lambda obs: np.clip(obs, -OBS_CLIP, OBS_CLIP))
     envs = ScaleReward(envs, gamma=args.gamma)  # divide by the std of the discounted return
-    envs = gym.wrappers.vector.ClipReward(envs, -REWARD_CLIP, REWARD_CLIP)
-    return envs
+    return Normalize(envs)  # clip actions, normalize and clip observations, clip rewards
 
 
 # 3. Agent ------------------------------------------------------------------------------------
@@ -233,19 +279,19 @@ class MLP(nn.Module):
         self.hidden = nn.ModuleList(layer_init(nn.Linear(i, o)) for i, o in zip(sizes[:-1], sizes[1:]))
         self.head = layer_init(nn.Linear(HIDDEN, out_dim), head_gain)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         for layer in self.hidden:
             x = torch.tanh(nn.functional.linear(x, layer.weight, layer.bias))
         return nn.functional.linear(x, self.head.weight, self.head.bias)
 
 
-def gaussian_log_prob(action: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+def gaussian_log_prob(action: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """log N(action; mean, diag(exp(log_std))^2), summed over action dimensions: (B, A) -> (B,)."""
     z = (action - mean) * torch.exp(-log_std)
     return (-0.5 * z.square() - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
 
 
-def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+def gaussian_entropy(log_std: Tensor) -> Tensor:
     """Entropy of the diagonal Gaussian, summed over action dimensions: (..., A) -> (...)."""
     return (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum(-1)
 
@@ -254,7 +300,7 @@ class Agent(nn.Module):
     """Separate 64-64 tanh actor and critic; a diagonal Gaussian policy with a learned,
     state-independent log-std."""
 
-    def __init__(self, envs: gym.vector.VectorEnv):
+    def __init__(self, envs: VectorEnv):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         act_dim = int(np.prod(envs.single_action_space.shape))
@@ -262,10 +308,10 @@ class Agent(nn.Module):
         self.actor_mean = MLP(obs_dim, act_dim, POLICY_HEAD_GAIN)
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), float(np.log(INIT_STD))))
 
-    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+    def get_value(self, obs: Tensor) -> Tensor:
         return self.critic(obs).squeeze(-1)  # (B, obs_dim) -> (B,)
 
-    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, greedy: bool = False):
+    def get_action_and_value(self, obs: Tensor, action: Tensor | None = None, greedy: bool = False):
         """Sample an action (or score the given one, or take the likeliest with greedy): the action,
         its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
         mean = self.actor_mean(obs)  # (B, A)
@@ -275,20 +321,27 @@ class Agent(nn.Module):
         entropy = gaussian_entropy(log_std).expand(mean.shape[0])  # the same in every state
         return action, gaussian_log_prob(action, mean, log_std), entropy, self.get_value(obs)
 
+    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The rollout's one call per step: get_action_and_value's sampled action, its log-prob (B,) and
+        the value (B,), without the entropy."""
+        mean, log_std = self.actor_mean(obs), self.actor_logstd
+        action = mean + torch.exp(log_std) * torch.randn_like(mean)
+        return action, gaussian_log_prob(action, mean, log_std), self.get_value(obs)
+
 
 # 4. Algorithm: pure functions of tensors -----------------------------------------------------
 
 
 def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_value: torch.Tensor,
-    terminations: torch.Tensor,
-    truncations: torch.Tensor,
+    rewards: Tensor,
+    values: Tensor,
+    next_value: Tensor,
+    terminations: Tensor,
+    truncations: Tensor,
     gamma: float,
     gae_lambda: float,
     bootstrap_truncation: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Generalized advantage estimation over a rollout of shape (T, N).
 
     values[t] = V(s_t); next_value = V(s_T), the observation after the last step. With NEXT_STEP
@@ -313,13 +366,13 @@ def compute_gae(
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
 
 
-def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     return (x - mean) / (std + ADV_EPS)
 
 
 def policy_loss(
-    ratio: torch.Tensor, advantages: torch.Tensor, objective: str, clip_coef: float, kl: torch.Tensor, kl_beta: float
-) -> torch.Tensor:
+    ratio: Tensor, advantages: Tensor, objective: str, clip_coef: float, kl: Tensor, kl_beta: float
+) -> Tensor:
     """The policy part of the loss to minimize (the negated objective of the PPO paper's Table 1).
 
     clip:        -E[min(r A, clip(r, 1-eps, 1+eps) A)]
@@ -335,9 +388,7 @@ def policy_loss(
     return -surrogate.mean()
 
 
-def value_loss(
-    new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_coef: float | None
-) -> torch.Tensor:
+def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
     """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within
     clip_coef of the value at collection time (a pessimistic bound, as for the policy)."""
     unclipped = (new_values - returns).square()
@@ -347,12 +398,12 @@ def value_loss(
     return 0.5 * torch.max(unclipped, (clipped - returns).square()).mean()
 
 
-def kl_k3(logratio: torch.Tensor) -> torch.Tensor:
+def kl_k3(logratio: Tensor) -> Tensor:
     """Per-sample k3 estimate of KL(old || new): (r - 1) - log r, never negative."""
     return torch.expm1(logratio) - logratio
 
 
-def clip_fraction(ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:
     """Share of samples whose ratio left [1 - eps, 1 + eps]."""
     return ((ratio - 1).abs() > clip_coef).float().mean()
 
@@ -372,7 +423,7 @@ def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
     return beta
 
 
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+def explained_variance(predicted: Tensor, target: Tensor) -> float:
     """1 - Var[target - predicted] / Var[target] over every process's samples (1: perfect, 0: a constant's)."""
     var = global_var(target)
     return float("nan") if var == 0 else float(1 - global_var(target - predicted) / var)
@@ -395,17 +446,17 @@ def torch_dtype(space: gym.spaces.Space) -> torch.dtype:
 class Rollout:
     """What one rollout stores, each (T, N, ...) on the training device."""
 
-    obs: torch.Tensor
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
-    rewards: torch.Tensor
-    terminations: torch.Tensor
-    truncations: torch.Tensor
-    real: torch.Tensor  # False on the autoreset step that follows a done: not a transition to train on
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminations: Tensor
+    truncations: Tensor
+    real: Tensor  # False on the autoreset step that follows a done: not a transition to train on
 
     @staticmethod
-    def allocate(envs: gym.vector.VectorEnv, num_steps: int, device: torch.device) -> "Rollout":
+    def allocate(envs: VectorEnv, num_steps: int, device: torch.device) -> "Rollout":
         shape = (num_steps, envs.num_envs)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         return Rollout(
@@ -424,13 +475,13 @@ class Rollout:
 class EnvState:
     """What carries over from one rollout to the next: the observation, and whether each env's last step ended."""
 
-    obs: torch.Tensor
-    done: torch.Tensor
+    obs: Tensor
+    done: Tensor
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all: cheaper per call than no_grad
 def collect_rollout(
-    envs: gym.vector.VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
+    envs: VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
 ) -> tuple[EnvState, list[tuple[float, int]]]:
     """Run the policy for T steps in every env, filling buf. Returns the new state and the
     finished episodes' raw (return, length, rollout step at which each ended)."""
@@ -441,7 +492,7 @@ def collect_rollout(
     episodes = []
     obs = state.obs
     for step in range(num_steps):
-        action, logprob, _, value = agent.get_action_and_value(obs)
+        action, logprob, value = agent.act(obs)
         buf.obs[step], buf.actions[step], buf.logprobs[step], buf.values[step] = obs, action, logprob, value
         next_obs, rewards[step], terminations[step], truncations[step], info = envs.step(action.cpu().numpy())
         obs = torch.as_tensor(next_obs, device=device)
@@ -464,8 +515,8 @@ def update(
     agent: Agent,
     optimizer: torch.optim.Optimizer,
     buf: Rollout,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
+    advantages: Tensor,
+    returns: Tensor,
     args: Args,
     kl_beta: float,
     clip_coef: float,
@@ -476,8 +527,8 @@ def update(
     b_actions = buf.actions.flatten(0, 1)[keep]
     b_logprobs, b_values = buf.logprobs.flatten()[keep], buf.values.flatten()[keep]
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
-    losses: list[torch.Tensor] = []  # per minibatch: (policy loss, value loss, entropy, grad norm)
-    logratios: list[torch.Tensor] = []  # per minibatch: log pi/pi_old of each sample, for the statistics
+    losses: list[Tensor] = []  # per minibatch: (policy loss, value loss, entropy, grad norm)
+    logratios: list[Tensor] = []  # per minibatch: log pi/pi_old of each sample, for the statistics
     epochs_done = 0
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
@@ -643,14 +694,14 @@ def rank_seed(seed: int) -> int:
     return int(np.random.SeedSequence(seed, spawn_key=(RANK,)).generate_state(1)[0])
 
 
-def all_sum(x: torch.Tensor) -> torch.Tensor:
+def all_sum(x: Tensor) -> Tensor:
     """x summed over every process, in place (x itself without a process group)."""
     if dist.is_initialized():
         dist.all_reduce(x)
     return x
 
 
-def global_mean(x: torch.Tensor) -> torch.Tensor:
+def global_mean(x: Tensor) -> Tensor:
     """The mean of x over every process's samples."""
     if not dist.is_initialized():
         return x.mean()
@@ -658,7 +709,7 @@ def global_mean(x: torch.Tensor) -> torch.Tensor:
     return total / n
 
 
-def global_var(x: torch.Tensor) -> torch.Tensor:
+def global_var(x: Tensor) -> Tensor:
     """The variance (n - 1) of x over every process's samples, from the global mean, in float64."""
     if not dist.is_initialized():
         return x.var()
@@ -666,7 +717,7 @@ def global_var(x: torch.Tensor) -> torch.Tensor:
     return all_sum((x.double() - total / n).square().sum()) / (n - 1)
 
 
-def minibatch_moments(x: torch.Tensor, slices: list[slice]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tensor]]:
     """The mean and std of x in each minibatch; under torchrun, of every process's share of it: the mean
     first, then the centred squares, in float64 (the sum of squares less n mean^2 cancels in float32)."""
     if not dist.is_initialized():
@@ -714,7 +765,7 @@ def gather_iteration(metrics: dict, samples: int, episodes: list, signum: int | 
     return metrics, [e for _, _, eps, _ in everyone for e in eps], max(signals) if signals else None
 
 
-def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def merge_normalization(envs: VectorEnv, prior: dict[str, Tensor]) -> dict[str, Tensor]:
     """Combine every process's running statistics, weighted by their counts, into the global ones that
     every process goes on with. Each process holds prior (the last merge) plus what it has seen since:
     add up the raw moments, and count prior once."""
@@ -742,7 +793,7 @@ def merge_normalization(envs: gym.vector.VectorEnv, prior: dict[str, torch.Tenso
 RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
 
 
-def running_stats(envs: gym.vector.VectorEnv) -> list[tuple[gym.vector.VectorEnv, str]]:
+def running_stats(envs: VectorEnv) -> list[tuple[VectorEnv, str]]:
     """(wrapper, name) of every running statistic in the chain of wrappers around envs."""
     found = []
     while hasattr(envs, "env"):
@@ -751,7 +802,7 @@ def running_stats(envs: gym.vector.VectorEnv) -> list[tuple[gym.vector.VectorEnv
     return found
 
 
-def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
+def normalization_state(envs: VectorEnv) -> dict[str, Tensor]:
     """The running statistics of every normalizing wrapper around envs, as tensors."""
     state = {}
     for wrapper, name in running_stats(envs):
@@ -761,7 +812,7 @@ def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor], frozen: bool) -> None:
+def load_normalization_state(envs: VectorEnv, state: dict[str, Tensor], frozen: bool) -> None:
     """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
     for wrapper, name in running_stats(envs):
         rms = vars(wrapper)[name]
@@ -771,7 +822,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.
     freeze_normalization(envs, frozen)
 
 
-def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool) -> None:
+def freeze_normalization(envs: VectorEnv, frozen: bool) -> None:
     """Stop (or restart) the updates of every normalizing wrapper's running statistics."""
     for wrapper, _ in running_stats(envs):
         wrapper.update_running_mean = not frozen
@@ -795,7 +846,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(
-    path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: gym.vector.VectorEnv, args: Args, progress: dict
+    path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: VectorEnv, args: Args, progress: dict
 ) -> None:
     """Everything a run needs to go on, written beside path and renamed over it: a crash leaves the last one whole."""
     state = {
@@ -831,7 +882,7 @@ def load_checkpoint(path: str) -> dict:
 
 
 def restore_agent(
-    ckpt: dict, envs: gym.vector.VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
+    ckpt: dict, envs: VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
 ) -> None:
     """Load the saved agent (and optimizer, and this process's RNG streams) and normalization, after
     checking they fit these envs."""
@@ -889,7 +940,7 @@ def seed_everything(args: Args) -> torch.device:
 
 @torch.no_grad()
 def evaluate(
-    envs: gym.vector.VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
+    envs: VectorEnv, agent: Agent, num_episodes: int, greedy: bool, seed: int, device: torch.device
 ) -> list[float]:
     """Raw returns of num_episodes whole episodes (whole games on Atari) of the policy."""
     returns = []
@@ -903,14 +954,14 @@ def evaluate(
     return returns[:num_episodes]
 
 
-def make_eval_envs(args: Args, run_name: str, normalization: dict) -> gym.vector.VectorEnv:
+def make_eval_envs(args: Args, run_name: str, normalization: dict) -> VectorEnv:
     """One environment whose normalization statistics are the given ones, frozen."""
     envs = make_envs(dataclasses.replace(args, num_envs=1), f"{run_name}/eval")
     load_normalization_state(envs, normalization, frozen=True)
     return envs
 
 
-def run_evaluation(envs: gym.vector.VectorEnv, agent: Agent, args: Args, path: str, device: torch.device) -> dict:
+def run_evaluation(envs: VectorEnv, agent: Agent, args: Args, path: str, device: torch.device) -> dict:
     """Evaluate, print mean +- std of the raw return, and write the figures to path (eval.json)."""
     returns = evaluate(envs, agent, args.eval_episodes, not args.eval_stochastic, args.seed + EVAL_SEED_OFFSET, device)
     result = {"episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns))}
@@ -938,9 +989,7 @@ def evaluate_checkpoint(args: Args) -> dict:
     return result
 
 
-def finish_run(
-    args: Args, run_dir: str, progress: dict, agent: Agent, envs: gym.vector.VectorEnv, log: "RunLog"
-) -> dict:
+def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: VectorEnv, log: "RunLog") -> dict:
     """After the last iteration rank 0 evaluates the policy (eval.json) and writes summary.json."""
     device = next(agent.parameters()).device
     log.bar.close()
@@ -989,7 +1038,7 @@ class Interrupts:
             os._exit(128 + signum)
 
 
-def stop_on_signal(signum: int, log: "RunLog", envs: gym.vector.VectorEnv, args: Args, run_dir: str) -> None:
+def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
     log.close()
     envs.close()

@@ -80,7 +80,7 @@ def test_truncation_bootstraps_from_the_normalized_final_observation(monkeypatch
     monkeypatch.setattr(C, "make_env", lambda env_id, idx, cv, rn: lambda: RawObs(gym.make(env_id)))
     RawObs.log = []
     envs = C.make_envs(args, "test")
-    norm = find_wrapper(envs, gym.wrappers.vector.NormalizeObservation)
+    norm = find_wrapper(envs, C.Normalize)
     torch.manual_seed(0)
     agent = C.Agent(envs)
     obs, _ = envs.reset(seed=0)
@@ -98,7 +98,7 @@ def test_truncation_bootstraps_from_the_normalized_final_observation(monkeypatch
     assert not buf.real[t + 1, 0] and buf.real[t, 0] and buf.real[t + 2, 0]  # the reset step is dropped
     kind, raw_final = RawObs.log[t]
     assert kind == "final"
-    expected = np.clip((raw_final - norm.obs_rms.mean) / np.sqrt(norm.obs_rms.var + norm.epsilon), -10, 10)
+    expected = np.clip((raw_final - norm.obs_rms.mean) / np.sqrt(norm.obs_rms.var + C.NORM_EPS), -10, 10)
     assert torch.allclose(buf.obs[t + 1, 0], torch.as_tensor(expected, dtype=torch.float32), atol=1e-5)
     kind, raw_reset = RawObs.log[t + 1]
     assert kind == "reset" and not np.allclose(raw_reset, raw_final)

@@ -665,11 +665,11 @@ def test_normalization_counts_survive_a_checkpoint_exactly_beyond_float32(tmp_pa
     envs = C.make_envs(args, "test")
     agent = C.Agent(envs)
     optimizer = torch.optim.Adam(agent.parameters())
-    find_wrapper(envs, gym.wrappers.vector.NormalizeObservation).obs_rms.count = 33_554_433  # 2^25 + 1
+    find_wrapper(envs, C.Normalize).obs_rms.count = 33_554_433  # 2^25 + 1
     progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
     C.save_checkpoint(str(tmp_path / "ckpt.pt"), agent, optimizer, envs, args, progress)
     fresh = C.make_envs(args, "test")
     C.restore_agent(C.load_checkpoint(str(tmp_path / "ckpt.pt")), fresh, C.Agent(fresh), None, frozen=True)
-    assert find_wrapper(fresh, gym.wrappers.vector.NormalizeObservation).obs_rms.count == 33_554_433
+    assert find_wrapper(fresh, C.Normalize).obs_rms.count == 33_554_433
     envs.close()
     fresh.close()

@@ -385,7 +385,7 @@ def test_rollout_stores_each_observation_with_the_action_taken_on_it_and_its_out
     state, episodes = C.collect_rollout(envs, agent, buf, C.EnvState(torch.as_tensor(obs), done), torch.device("cpu"))
     assert torch.equal(buf.obs[0], torch.as_tensor(obs))
     for t, (action, next_obs, reward, terminated, truncated, _) in enumerate(envs.steps):
-        assert torch.equal(buf.actions[t], torch.as_tensor(action))  # the sample, before ClipAction
+        assert torch.equal(buf.actions[t], torch.as_tensor(action))  # the sample, before the clip to the bounds
         assert torch.allclose(buf.rewards[t], torch.as_tensor(reward, dtype=torch.float32))
         assert torch.equal(buf.terminations[t], torch.as_tensor(terminated))
         assert torch.equal(buf.truncations[t], torch.as_tensor(truncated))
@@ -483,3 +483,52 @@ def test_an_env_without_flat_observations_is_refused(tmp_path, monkeypatch, caps
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip() == "error: TestImageObs-v0 has no flat Box observation space"
     assert list(tmp_path.iterdir()) == []
+
+
+def gymnasium_chain(args: C.Args) -> gym.vector.VectorEnv:
+    """The same normalization built from gymnasium's own vector wrappers, one per step of it."""
+    envs = gym.vector.SyncVectorEnv(
+        [C.make_env(args.env_id, i, False, "test") for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs = gym.wrappers.vector.ClipAction(envs)
+    envs = gym.wrappers.vector.NormalizeObservation(envs)
+    envs = gym.wrappers.vector.TransformObservation(envs, lambda obs: np.clip(obs, -C.OBS_CLIP, C.OBS_CLIP))
+    envs = C.ScaleReward(envs, gamma=args.gamma)
+    return gym.wrappers.vector.ClipReward(envs, -C.REWARD_CLIP, C.REWARD_CLIP)
+
+
+def test_the_scripts_normalization_gives_exactly_what_gymnasiums_wrappers_give():
+    # Hopper terminates often: resets, autoreset steps and restarted returns all happen within the stream
+    args = C.Args(env_id="Hopper-v4", num_envs=2)
+    ours, theirs = C.make_envs(args, "test"), gymnasium_chain(args)
+    assert ours.single_observation_space == theirs.single_observation_space
+    a, b = ours.reset(seed=3)[0], theirs.reset(seed=3)[0]
+    assert a.dtype == b.dtype and np.array_equal(a, b)
+    rng, dones = np.random.default_rng(0), 0
+    for _ in range(1500):
+        actions = rng.normal(0.0, 1.5, (2, 3)).astype(np.float32)  # often past the bounds: clipped
+        step_ours, step_theirs = ours.step(actions), theirs.step(actions)
+        for x, y in zip(step_ours[:4], step_theirs[:4]):  # observations, rewards, terminations, truncations
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+        dones += int(step_ours[2].sum())
+    assert dones > 10
+    ours_rms, theirs_rms = (
+        find_wrapper(ours, C.Normalize).obs_rms,
+        find_wrapper(theirs, gym.wrappers.vector.NormalizeObservation).obs_rms,
+    )
+    assert np.array_equal(ours_rms.mean, theirs_rms.mean) and np.array_equal(ours_rms.var, theirs_rms.var)
+    ours.close()
+    theirs.close()
+
+
+def test_running_statistics_are_gymnasiums_to_the_last_bit():
+    rng = np.random.default_rng(1)
+    ours, theirs = C.RunningMeanStd((5,), np.float32), gym.wrappers.utils.RunningMeanStd(shape=(5,), dtype=np.float32)
+    for n in (1, 3, 1, 8, 2) * 20:
+        x = 100.0 + 30.0 * rng.standard_normal((n, 5))
+        ours.update(x)
+        theirs.update(x)
+    assert ours.count == theirs.count and ours.mean.dtype == theirs.mean.dtype
+    assert np.array_equal(ours.mean, theirs.mean) and np.array_equal(ours.var, theirs.var)

@@ -385,3 +385,28 @@ def test_a_life_lost_on_the_first_step_of_a_game_ends_the_learning_episode():
         assert terminated and game.ale.lives() == 2
         game.ale.lives_left = 0
         env.step(2)  # game over: the next reset starts a new game
+
+
+def test_breakout_skips_four_max_pooled_frames_and_serves_with_fire_after_every_life_lost(monkeypatch):
+    env = A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")()
+    ale_env, raw_actions = type(env.unwrapped), []
+    real_step = ale_env.step
+
+    def record(self, action):
+        raw_actions.append(int(action))
+        return real_step(self, action)
+
+    monkeypatch.setattr(ale_env, "step", record)
+    env.reset(seed=0)
+    raw_actions.clear()
+    env.step(0)
+    assert raw_actions == [0, 0, 0, 0]  # the ALE steps single frames; the wrapper skips 4 and max-pools
+    for _ in range(2000):  # no-ops until the ball is lost
+        _, _, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            break
+    assert terminated and env.unwrapped.ale.lives() == 4  # a life lost, the game goes on
+    raw_actions.clear()
+    env.reset()
+    assert raw_actions == [0] * 4 + [1] * 4 + [2] * 4  # one no-op step, then FIRE and action 2 serve again
+    env.close()

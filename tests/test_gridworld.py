@@ -594,3 +594,12 @@ def test_final_kl_is_the_kl_from_the_old_policy_to_the_new_one():
     forward = G.kl_divergence(pi_old[visited], agent.policy()[visited]).mean()
     backward = G.kl_divergence(agent.policy()[visited], pi_old[visited]).mean()
     assert metrics["losses/final_kl"] == pytest.approx(forward) and abs(forward - backward) > 1e-3
+
+
+def test_advantages_are_normalized_within_each_minibatch(monkeypatch):
+    calls = spy(monkeypatch, G, "policy_gradient")
+    updated(rollout_for_flags(), num_minibatches=4, update_epochs=2)
+    assert len(calls) == 8
+    for args, _, _ in calls:
+        advantages = args[5]  # what the minibatch's gradient was weighted by
+        assert abs(advantages.mean()) < 1e-9 and advantages.std() == pytest.approx(1.0, abs=1e-6)

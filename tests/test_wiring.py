@@ -318,9 +318,10 @@ def test_chain_clips_actions_and_observations_scales_rewards_and_records_raw_ret
     assert all(a[0] == 1.0 for a in Scripted.actions[::2])  # 5.0 reached the env clipped to the bound
     assert all(a[0] == -0.5 for a in Scripted.actions[1::2])
     obs = np.stack(seen_obs)
-    assert np.abs(obs).max() == C.OBS_CLIP  # the spike, 17 std out, hit the clip and went no further
+    assert np.abs(obs).max() == 10.0  # the spike, 17 std out, hit the clip at +-10 and went no further
+    assert np.sort(np.abs(obs).ravel())[-3] < 10.0  # and nothing else reached it
     rewards = np.stack(seen_rewards)
-    assert np.abs(rewards).max() <= C.REWARD_CLIP and rewards.max() < 100  # scaled, not raw 1000s
+    assert rewards.max() == 10.0  # the first 1000s, scaled by a std still near 1, clipped at +-10
     assert episodes and all(r == 5000.0 for r in episodes)  # the episode statistics keep raw returns
     reward_wrapper = find_wrapper(envs, C.ScaleReward)
     assert reward_wrapper.return_rms.count > 1  # the reward statistics are being learned
@@ -532,3 +533,15 @@ def test_running_statistics_are_gymnasiums_to_the_last_bit():
         theirs.update(x)
     assert ours.count == theirs.count and ours.mean.dtype == theirs.mean.dtype
     assert np.array_equal(ours.mean, theirs.mean) and np.array_equal(ours.var, theirs.var)
+
+
+def test_the_adaptive_beta_follows_the_kl_of_the_whole_update_not_the_minibatches(tmp_path, monkeypatch):
+    real = C.update
+
+    def update(*args, **kwargs):  # the minibatches saw no KL; the whole update moved far: beta must double
+        return real(*args, **kwargs) | {"losses/approx_kl": 0.0, "losses/final_kl": 0.1}
+
+    monkeypatch.setattr(C, "update", update)
+    run_main(tmp_path, monkeypatch, objective="kl-adaptive", kl_beta=1.0, kl_target=0.01)
+    betas = [v for _, v in scalars(only_run(tmp_path))["charts/kl_beta"]]
+    assert betas == [2.0 ** (i + 1) for i in range(len(betas))] and len(betas) > 1

@@ -4,12 +4,10 @@
     python ppo_atari.py --anneal-clip --vf-coef 1.0 --update-epochs 3  # the PPO paper's Atari settings
     tensorboard --logdir runs
 
-Two parts, in the same order in every script of this repository (diff them to see what differs):
-Part I, PPO: every line that changes what is learned.
-    1. Args  2. Environment  3. Agent  4. Algorithm (pure functions)  5. Rollout  6. Update  7. Training loop
-Part II, Running it: many processes, checkpoints, evaluation, signals and checks. It changes no number
-that Part I computes under plain python.
-    8. Processes  9. Checkpoints and resume  10. Evaluation  11. Signals, checks and logs
+Two parts, in the same order in every script of this repository (diff them to see what differs). Part I, PPO,
+every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algorithm (pure functions) 5. Rollout
+6. Update 7. Training loop. Part II, running it, changes no number that Part I computes under plain python:
+8. Processes 9. Checkpoints and resume 10. Evaluation 11. Signals, checks and logs.
 """
 
 import atexit
@@ -21,7 +19,6 @@ import random
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 import ale_py
@@ -43,7 +40,7 @@ from tqdm import tqdm
 # 1. Args -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Args:
     exp_name: str = os.path.basename(__file__).removesuffix(".py")
     """name of this experiment, part of the run folder's name"""
@@ -290,8 +287,7 @@ class Agent(nn.Module):
         return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy, self.critic(hidden).squeeze(-1)
 
     def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The rollout's one call per step: get_action_and_value's sampled action, its log-prob (B,) and
-        the value (B,), without the entropy."""
+        """The rollout's one call per step: get_action_and_value's sample, log-prob and value, no entropy."""
         hidden = self.features(obs)  # (B, 512)
         log_probs = self.actor(hidden).log_softmax(-1)  # (B, num_actions)
         action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
@@ -407,11 +403,7 @@ def minibatch_slices(batch_size: int, num_minibatches: int) -> list[slice]:
 # 5. Rollout ----------------------------------------------------------------------------------
 
 
-def torch_dtype(space: gym.spaces.Space) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype
-
-
-@dataclass
+@dataclasses.dataclass
 class Rollout:
     """What one rollout stores, each (T, N, ...) on the training device."""
 
@@ -429,8 +421,8 @@ class Rollout:
         shape = (num_steps, envs.num_envs)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         return Rollout(
-            obs=torch.zeros(shape + obs_space.shape, dtype=torch_dtype(obs_space), device=device),
-            actions=torch.zeros(shape + act_space.shape, dtype=torch_dtype(act_space), device=device),
+            obs=torch.as_tensor(np.zeros(shape + obs_space.shape, obs_space.dtype), device=device),  # the space's dtype
+            actions=torch.as_tensor(np.zeros(shape + act_space.shape, act_space.dtype), device=device),
             logprobs=torch.zeros(shape, device=device),
             values=torch.zeros(shape, device=device),
             rewards=torch.zeros(shape, device=device),
@@ -440,7 +432,7 @@ class Rollout:
         )
 
 
-@dataclass
+@dataclasses.dataclass
 class EnvState:
     """What carries over from one rollout to the next: the observation, and whether each env's last step ended."""
 

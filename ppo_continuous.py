@@ -5,12 +5,10 @@
     python ppo_continuous.py --no-bootstrap-truncation        # CleanRL's time-limit handling
     tensorboard --logdir runs
 
-Two parts, in the same order in every script of this repository (diff them to see what differs):
-Part I, PPO: every line that changes what is learned.
-    1. Args  2. Environment  3. Agent  4. Algorithm (pure functions)  5. Rollout  6. Update  7. Training loop
-Part II, Running it: many processes, checkpoints, evaluation, signals and checks. It changes no number
-that Part I computes under plain python.
-    8. Processes  9. Checkpoints and resume  10. Evaluation  11. Signals, checks and logs
+Two parts, in the same order in every script of this repository (diff them to see what differs). Part I, PPO,
+every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algorithm (pure functions) 5. Rollout
+6. Update 7. Training loop. Part II, running it, changes no number that Part I computes under plain python:
+8. Processes 9. Checkpoints and resume 10. Evaluation 11. Signals, checks and logs.
 """
 
 import atexit
@@ -22,7 +20,6 @@ import random
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 import gymnasium as gym
@@ -43,7 +40,7 @@ from tqdm import tqdm
 # 1. Args -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Args:
     exp_name: str = os.path.basename(__file__).removesuffix(".py")
     """name of this experiment, part of the run folder's name"""
@@ -156,16 +153,14 @@ ENV_KWARGS: dict = {}  # gym.make's defaults
 
 
 class RunningMeanStd:
-    """Running mean and variance of every batch seen (Chan et al.'s parallel update): the formulas of
-    gymnasium's RunningMeanStd, in fewer NumPy calls (its np.var costs more than the arithmetic)."""
+    """Running mean and variance of all batches seen: gymnasium's RunningMeanStd's formulas, in fewer NumPy calls."""
 
     def __init__(self, shape: tuple[int, ...], dtype: type = np.float64):
         self.mean, self.var, self.count = np.zeros(shape, dtype), np.ones(shape, dtype), RMS_PRIOR_COUNT
 
     def update(self, x: np.ndarray) -> None:
         batch_count = x.shape[0]
-        batch_mean = x.sum(0) / batch_count  # (B, ...) -> (...)
-        centred = x - x.sum(0, keepdims=True) / batch_count
+        batch_mean, centred = x.sum(0) / batch_count, x - x.sum(0, keepdims=True) / batch_count  # (B, ...) -> (...)
         batch_var = (centred * centred).sum(0) / batch_count
         delta, total = batch_mean - self.mean, self.count + batch_count
         m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * self.count * batch_count / total
@@ -173,10 +168,9 @@ class RunningMeanStd:
 
 
 class ScaleReward(gym.vector.VectorWrapper):
-    """Divide each reward by the running std of the discounted return, as OpenAI baselines' VecNormalize
-    does: the return R <- gamma * R + r restarts after every done, termination or truncation. (gymnasium's
-    NormalizeReward never restarts it at truncations, and carries a terminal reward into the next episode.)
-    The autoreset step that follows a done is no transition: it neither adds to R nor to the statistics."""
+    """Divide each reward by the running std of the discounted return R <- gamma * R + r, as OpenAI baselines'
+    VecNormalize does: R restarts after every done, termination or truncation (gymnasium's NormalizeReward never
+    restarts it at truncations, and carries a terminal reward on); the autoreset step adds to neither R nor the std."""
 
     def __init__(self, envs: VectorEnv, gamma: float, epsilon: float = NORM_EPS):
         super().__init__(envs)
@@ -201,11 +195,9 @@ class ScaleReward(gym.vector.VectorWrapper):
 
 
 class Normalize(gym.vector.VectorWrapper):
-    """The rest of what the script does to every step, on the whole (num_envs, ...) batch in one layer (as
-    gymnasium's ClipAction, NormalizeObservation, a clip and ClipReward would, for half the cost): actions
-    clipped to their bounds (the buffer keeps the unclipped sample, which the loss scores); observations
-    normalized by a running mean/std shared by all envs (the reset's observations count too), then clipped;
-    the scaled rewards clipped."""
+    """On the whole (num_envs, ...) batch in one layer, what gymnasium's ClipAction, NormalizeObservation, a clip
+    and ClipReward do, for half their cost: actions clipped to the bounds (the buffer keeps the sample, which the
+    loss scores), observations normalized by a running mean/std of them all and clipped, rewards clipped."""
 
     def __init__(self, envs: VectorEnv):
         super().__init__(envs)
@@ -270,8 +262,7 @@ def layer_init(layer: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """Linear layers with tanh between them. forward calls the linear function itself: going through each
-    layer's module call would cost more than the arithmetic on these tiny layers."""
+    """Linear layers with tanh between them, called as functions: module calls cost more than these tiny layers."""
 
     def __init__(self, in_dim: int, out_dim: int, head_gain: float):
         super().__init__()
@@ -322,8 +313,7 @@ class Agent(nn.Module):
         return action, gaussian_log_prob(action, mean, log_std), entropy, self.get_value(obs)
 
     def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The rollout's one call per step: get_action_and_value's sampled action, its log-prob (B,) and
-        the value (B,), without the entropy."""
+        """The rollout's one call per step: get_action_and_value's sample, log-prob and value, no entropy."""
         mean, log_std = self.actor_mean(obs), self.actor_logstd
         action = mean + torch.exp(log_std) * torch.randn_like(mean)
         return action, gaussian_log_prob(action, mean, log_std), self.get_value(obs)
@@ -438,11 +428,7 @@ def minibatch_slices(batch_size: int, num_minibatches: int) -> list[slice]:
 # 5. Rollout ----------------------------------------------------------------------------------
 
 
-def torch_dtype(space: gym.spaces.Space) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype
-
-
-@dataclass
+@dataclasses.dataclass
 class Rollout:
     """What one rollout stores, each (T, N, ...) on the training device."""
 
@@ -460,8 +446,8 @@ class Rollout:
         shape = (num_steps, envs.num_envs)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         return Rollout(
-            obs=torch.zeros(shape + obs_space.shape, dtype=torch_dtype(obs_space), device=device),
-            actions=torch.zeros(shape + act_space.shape, dtype=torch_dtype(act_space), device=device),
+            obs=torch.as_tensor(np.zeros(shape + obs_space.shape, obs_space.dtype), device=device),  # the space's dtype
+            actions=torch.as_tensor(np.zeros(shape + act_space.shape, act_space.dtype), device=device),
             logprobs=torch.zeros(shape, device=device),
             values=torch.zeros(shape, device=device),
             rewards=torch.zeros(shape, device=device),
@@ -471,7 +457,7 @@ class Rollout:
         )
 
 
-@dataclass
+@dataclasses.dataclass
 class EnvState:
     """What carries over from one rollout to the next: the observation, and whether each env's last step ended."""
 

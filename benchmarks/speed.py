@@ -219,11 +219,13 @@ def phase_times(m, args, iterations: int) -> dict[str, float]:
             t0 = time.perf_counter()
             env_before, inference_before = totals["env"], totals["inference"]
             timed(envs, "step", totals, "env")
-            timed(agent, "get_action_and_value", totals, "inference")
+            policy_call = "act" if hasattr(agent, "act") else "get_action_and_value"  # the rollout's per-step call
+            timed(agent, policy_call, totals, "inference")
             try:
                 state, _ = call_by_name(m.collect_rollout, values | {"state": state})
             finally:
-                del envs.step, agent.get_action_and_value  # the update's policy calls are the update's
+                delattr(envs, "step")
+                delattr(agent, policy_call)  # the update's policy calls are the update's
             t1 = time.perf_counter()
             spent = (totals["env"] - env_before) + (totals["inference"] - inference_before)
             totals["storage"] += (t1 - t0) - spent

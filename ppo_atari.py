@@ -1001,6 +1001,9 @@ class Interrupts:
 
 def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
+    # saved: nothing may cut the closing short, not even a signal that comes while Python shuts down (which
+    # restores the default handlers): under torchrun, its SIGTERM to the workers once one has exited
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     log.close()
     envs.close()
     checkpoint_path = os.path.join(run_dir, CHECKPOINT)

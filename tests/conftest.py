@@ -21,9 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def restore_signal_handlers():
-    """main installs SIGINT/SIGTERM handlers; put pytest's back after each test."""
+    """main installs SIGINT/SIGTERM handlers and a stopping run blocks both; put pytest's handlers and signal
+    mask back after each test (a blocked mask would pass on to every script a later test starts)."""
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 

@@ -2,6 +2,14 @@
 script's functions, and the fake environments, wrappers and rollouts the tests share.
 Test files import from here, never from each other."""
 
+import os
+
+# under pytest-xdist the workers share the cores: each worker, and every script it starts, gets its share
+# of threads (torch and ppo_atari.py size theirs by OMP_NUM_THREADS when they are imported)
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))
+
 import signal
 import subprocess
 import sys

@@ -68,12 +68,15 @@ def test_life_loss_ends_the_learning_episode_but_not_the_game():
     assert game.resets == 2 and game.ale.lives() == 3
 
 
-def test_time_limit_is_a_truncation_not_a_termination():
-    env = A.EpisodicLife(FakeGame(time_limit=2))
+def test_time_limit_is_a_truncation_not_a_termination_and_ends_the_game():
+    game = FakeGame(time_limit=2)
+    env = A.EpisodicLife(game)
     env.reset(seed=0)
     env.step(2)
     _, _, terminated, truncated, _ = env.step(2)
     assert truncated and not terminated
+    env.reset()  # a game cut off is over, lives left or not: a real reset, no no-op step
+    assert game.resets == 2 and game.actions == [2, 2]
 
 
 def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():

@@ -310,6 +310,19 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
     assert scalars(run_dir)["charts/learning_rate"] == s["charts/learning_rate"]  # no iteration ran again
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("script", [C, A], ids=["continuous", "atari"])
+def test_sigint_and_sigterm_each_ask_for_a_stop_after_the_iteration(script, sig):
+    signal.signal(sig, lambda *_: None)  # should the script leave sig alone, it must not end pytest
+    interrupts = script.Interrupts()
+    os.kill(os.getpid(), sig)
+    for _ in range(100):  # the handler runs at the interpreter's next check
+        if interrupts.signum:
+            break
+        time.sleep(0.01)
+    assert interrupts.signum == sig
+
+
 def test_a_second_interrupt_quits_at_once_without_saving(tmp_path):
     flags = [
         "--env-id",

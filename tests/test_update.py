@@ -293,3 +293,21 @@ def test_sampled_actions_spread_by_the_policy_std_they_are_scored_with():
     assert (actions - mean).std(0).tolist() == pytest.approx([0.5] * ACT_DIM, rel=0.03)
     expected = torch.distributions.Normal(mean, 0.5).log_prob(actions).sum(-1)
     assert torch.allclose(logprob, expected, atol=1e-4)
+
+
+def test_the_rollouts_act_samples_the_policys_gaussian_scores_it_and_values_with_the_critic():
+    agent = make_agent()
+    with torch.no_grad():
+        agent.actor_logstd.fill_(float(np.log(0.5)))
+    obs = torch.randn(20_000, OBS_DIM)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        actions, logprob, value = agent.act(obs)
+        mean = agent.actor_mean(obs)
+        noise = (actions - mean) / 0.5  # standard normal if act samples N(mean, 0.5^2)
+        assert noise.mean(0).abs().max() < 0.03
+        assert noise.std(0).tolist() == pytest.approx([1.0] * ACT_DIM, rel=0.03)
+        assert (noise.abs() < 1).float().mean().item() == pytest.approx(0.6827, abs=0.01)  # a Gaussian's share
+        expected = torch.distributions.Normal(mean, 0.5).log_prob(actions).sum(-1)
+        assert torch.allclose(logprob, expected, atol=1e-4)
+        assert torch.equal(value, agent.get_value(obs))

@@ -375,6 +375,19 @@ def test_reward_scaling_matches_a_hand_computed_sequence():
     envs.close()
 
 
+def test_reward_scaling_divides_by_the_root_of_the_variance_plus_epsilon():
+    """baselines' and gymnasium's r / sqrt(var + eps): a reward of 1 over a zero variance is 1e4, not 1 / eps."""
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: Counting(0.0, 3, False)], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
+    )
+    envs = C.ScaleReward(envs, gamma=0.5)
+    envs.reset(seed=0)
+    envs.update_running_mean, envs.return_rms.var = False, np.zeros(())
+    _, rewards, _, _, _ = envs.step(np.zeros((1, 1), np.float32))  # the first reward: 1
+    assert rewards[0] == pytest.approx(1 / np.sqrt(C.NORM_EPS), rel=1e-9)
+    envs.close()
+
+
 def test_rollout_stores_each_observation_with_the_action_taken_on_it_and_its_outcome():
     args = C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=250)
     envs = VectorRecorder(C.make_envs(args, "test"))

@@ -34,7 +34,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 # =============================================================================================
-# PART I: PPO
+# Part I: PPO
 # =============================================================================================
 
 # 1. Args -------------------------------------------------------------------------------------
@@ -620,7 +620,7 @@ def main(args: Args) -> dict:
 
 
 # =============================================================================================
-# PART II: RUNNING IT. Processes, checkpoints, evaluation, signals and checks: nothing below changes a
+# Part II: Running it. Processes, checkpoints, evaluation, signals and checks: nothing below changes a
 # number that Part I computes under plain python (one process).
 # =============================================================================================
 

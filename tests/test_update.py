@@ -281,30 +281,17 @@ def test_kl_penalty_weight_holds_the_policy_back_and_final_kl_measures_the_whole
     assert kls[30.0] < 0.5 * kls[0.0]
 
 
-def test_sampled_actions_spread_by_the_policy_std_they_are_scored_with():
+@pytest.mark.parametrize("call", ["get_action_and_value", "act"])  # the update's and evaluation's, the rollout's
+def test_sampled_actions_follow_the_policys_gaussian_and_are_scored_and_valued_by_it(call):
     agent = make_agent()
     with torch.no_grad():
         agent.actor_logstd.fill_(float(np.log(0.5)))
-    obs = torch.zeros(20_000, OBS_DIM)
     torch.manual_seed(0)
-    with torch.no_grad():
-        actions, logprob, _, _ = agent.get_action_and_value(obs)
-        mean = agent.actor_mean(obs)
-    assert (actions - mean).std(0).tolist() == pytest.approx([0.5] * ACT_DIM, rel=0.03)
-    expected = torch.distributions.Normal(mean, 0.5).log_prob(actions).sum(-1)
-    assert torch.allclose(logprob, expected, atol=1e-4)
-
-
-def test_the_rollouts_act_samples_the_policys_gaussian_scores_it_and_values_with_the_critic():
-    agent = make_agent()
-    with torch.no_grad():
-        agent.actor_logstd.fill_(float(np.log(0.5)))
     obs = torch.randn(20_000, OBS_DIM)
-    torch.manual_seed(0)
     with torch.inference_mode():
-        actions, logprob, value = agent.act(obs)
+        actions, logprob, *_, value = getattr(agent, call)(obs)
         mean = agent.actor_mean(obs)
-        noise = (actions - mean) / 0.5  # standard normal if act samples N(mean, 0.5^2)
+        noise = (actions - mean) / 0.5  # standard normal if the call samples N(mean, 0.5^2)
         assert noise.mean(0).abs().max() < 0.03
         assert noise.std(0).tolist() == pytest.approx([1.0] * ACT_DIM, rel=0.03)
         assert (noise.abs() < 1).float().mean().item() == pytest.approx(0.6827, abs=0.01)  # a Gaussian's share

@@ -7,7 +7,8 @@ import os
 # under pytest-xdist the workers share the cores: each worker, and every script it starts, gets its share
 # of threads (torch and ppo_atari.py size theirs by OMP_NUM_THREADS when they are imported)
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    share = cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))
 
 import signal

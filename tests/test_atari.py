@@ -171,7 +171,7 @@ def test_a_short_run_writes_its_summary_logs_the_losses_and_anneals_the_clip(tmp
         "--num-steps",
         "64",
         "--total-timesteps",
-        "256",
+        "300",  # two batches of 128 and a remainder that is not run: the schedules span the 256 steps run
         "--num-minibatches",
         "2",
         "--update-epochs",
@@ -188,6 +188,8 @@ def test_a_short_run_writes_its_summary_logs_the_losses_and_anneals_the_clip(tmp
     assert {"losses/approx_kl", "losses/clipfrac", "losses/entropy", "charts/SPS", "charts/clip_coef"} <= logged.keys()
     clip = [v for _, v in logged["charts/clip_coef"]]
     assert clip == pytest.approx([0.1, 0.05])  # annealed linearly toward zero
+    learning_rate = [v for _, v in logged["charts/learning_rate"]]
+    assert learning_rate == pytest.approx([2.5e-4, 1.25e-4])
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "CartPole-v1", "NoSuchGame-v4"])

@@ -198,6 +198,9 @@ def test_the_ablation_shows_clip_runs_near_optimal_and_unclipped_runs_collapsing
     assert all(r["true_return"] > v_star - 0.1 for r in clip)
     collapsed = [r for r in none if r["true_return"] < 0 and r["entropy_start"] < 0.05]
     assert len(collapsed) >= 2
+    for runs in (clip, none):  # each of the seeds is a run of its own
+        assert [r["seed"] for r in runs] == list(range(1, G.ABLATION_SEEDS + 1))
+        assert len({r["true_return"] for r in runs}) == G.ABLATION_SEEDS
 
 
 def test_the_script_writes_a_graded_summary_and_tensorboard_events(tmp_path):

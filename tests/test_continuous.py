@@ -42,10 +42,18 @@ def test_gae_cuts_at_a_termination_and_bootstraps_a_truncation_and_the_unfinishe
     assert torch.allclose(ret, adv + values)
 
 
-def test_no_bootstrap_truncation_treats_the_time_limit_as_a_termination():
+def test_no_bootstrap_truncation_treats_the_time_limit_as_a_termination_and_changes_nothing_else():
+    g, lam = 0.9, 0.5
     rewards, values, next_value, terms, truncs = gae_case()
-    adv, _ = C.compute_gae(rewards, values, next_value, terms, truncs, 0.9, 0.5, bootstrap_truncation=False)
-    assert adv[4, 0].item() == pytest.approx(3.0 - 0.6)
+    adv, _ = C.compute_gae(rewards, values, next_value, terms, truncs, g, lam, bootstrap_truncation=False)
+    d6 = 1.0 + g * 0.8 - 0.3
+    d4 = 3.0 - 0.6  # truncated: now nothing after it either
+    d3 = 0.5 + g * 0.6 - 0.4
+    d1 = 2.0 - 1.0  # terminated: still nothing after it
+    d0 = 1.0 + g * 1.0 - 0.5
+    expected = {0: d0 + g * lam * d1, 1: d1, 3: d3 + g * lam * d4, 4: d4, 6: d6}
+    for t, a in expected.items():
+        assert adv[t, 0].item() == pytest.approx(a, abs=1e-6)
 
 
 def test_gae_with_lambda_one_is_the_discounted_return_minus_value():

@@ -195,6 +195,18 @@ def test_adapt_kl_beta_halves_below_doubles_above_and_keeps_beta_at_the_target()
     assert C.adapt_kl_beta(1.0, 0.001, 0.01) == 0.5
     assert C.adapt_kl_beta(1.0, 0.1, 0.01) == 2.0
     assert C.adapt_kl_beta(1.0, 0.01, 0.01) == 1.0
+    # the band's edges: d_targ / 1.5 and 1.5 d_targ
+    assert [C.adapt_kl_beta(1.0, kl, 0.01) for kl in (0.0064, 0.0068, 0.0148, 0.016)] == [0.5, 1.0, 1.0, 2.0]
+
+
+def test_progress_counts_every_episode_and_keeps_the_returns_of_the_last_ten():
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    for iteration in range(1, 4):
+        episodes = [(float(10 * iteration + i), 5, i) for i in range(6)]  # (return, length, step)
+        progress = C.advance(progress, iteration, 256, 2.0, episodes)
+    assert progress["global_step"] == 768 and progress["iteration"] == 3 and progress["kl_beta"] == 2.0
+    assert progress["episodes"] == 18
+    assert progress["recent_returns"] == [22.0, 23.0, 24.0, 25.0, 30.0, 31.0, 32.0, 33.0, 34.0, 35.0]
 
 
 def test_minibatch_slices_cover_the_batch_in_parts_that_differ_by_at_most_one():

@@ -686,3 +686,15 @@ def test_normalization_counts_survive_a_checkpoint_exactly_beyond_float32(tmp_pa
     assert find_wrapper(fresh, C.Normalize).obs_rms.count == 33_554_433
     envs.close()
     fresh.close()
+
+
+def test_a_resumed_runs_speed_counts_only_the_steps_it_ran_itself(tmp_path, monkeypatch):
+    args = C.Args(env_id="Pendulum-v1", num_steps=256)
+    progress = {"global_step": 1000, "iteration": 4, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    log = C.RunLog(args, str(tmp_path), progress, 2024, True, "cpu")  # resumed at step 1000
+    log.start_time = 50.0
+    with monkeypatch.context() as m:
+        m.setattr(C.time, "time", lambda: 52.0)  # one iteration of 256 steps took 2 s
+        log.iteration(C.advance(progress, 5, args.batch_size, 1.0, []), {"losses/policy_loss": 0.0})
+    log.close()
+    assert log.sps == 128.0  # not 1256 / 2: the steps before the resume were not run here

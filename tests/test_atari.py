@@ -10,10 +10,18 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run, run_script, scalars
+from conftest import ROOT, find_wrapper, only_run, run_script, scalars
 
 import ppo_atari as A
 import ppo_continuous as C
+
+# a short-episode env for each script (by module and by file name)
+ENV_IDS = {
+    C: "Pendulum-v1",
+    A: "BreakoutNoFrameskip-v4",
+    "ppo_continuous.py": "Pendulum-v1",
+    "ppo_atari.py": "BreakoutNoFrameskip-v4",
+}
 
 
 class FakeAle:
@@ -190,6 +198,38 @@ def test_a_short_run_writes_its_summary_logs_the_losses_and_anneals_the_clip(tmp
     assert clip == pytest.approx([0.1, 0.05])  # annealed linearly toward zero
     learning_rate = [v for _, v in logged["charts/learning_rate"]]
     assert learning_rate == pytest.approx([2.5e-4, 1.25e-4])
+
+
+@pytest.mark.parametrize("script", [C, A], ids=["continuous", "atari"])
+def test_async_envs_are_stepped_in_worker_processes(script):
+    envs = script.make_envs(script.Args(env_id=ENV_IDS[script], num_envs=2, async_envs=True), "test")
+    assert isinstance(find_wrapper(envs, gym.vector.AsyncVectorEnv), gym.vector.AsyncVectorEnv)
+    envs.close()
+
+
+@pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
+def test_async_envs_step_the_same_episodes_and_learn_the_same_numbers(tmp_path, script):
+    flags = ["--env-id", ENV_IDS[script], "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512"]
+    logged = {}
+    for mode in ("--no-async-envs", "--async-envs"):
+        (tmp_path / mode).mkdir()
+        proc = run_script(
+            tmp_path / mode,
+            script,
+            *flags,
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+            "--eval-episodes",
+            "1",
+            mode,
+        )
+        assert proc.returncode == 0, proc.stderr
+        logged[mode] = {tag: values for tag, values in scalars(only_run(tmp_path / mode)).items() if "SPS" not in tag}
+    sync, parallel = logged.values()
+    assert "charts/episodic_return" in sync and "eval/episodic_return" in sync
+    assert parallel == sync
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "CartPole-v1", "NoSuchGame-v4"])

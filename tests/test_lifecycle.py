@@ -310,8 +310,12 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
     assert scalars(run_dir)["charts/learning_rate"] == s["charts/learning_rate"]  # no iteration ran again
 
 
-def test_ctrl_c_in_a_terminal_stops_a_run_with_async_envs_saved_and_its_env_workers_with_it(tmp_path):
-    # a terminal's Ctrl-C signals the whole process group: the env workers too, which must leave the stop to the run
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_process_group_stops_a_run_with_async_envs_saved_and_its_env_workers_with_it(
+    tmp_path, sig, code
+):
+    # a terminal's Ctrl-C (or a scheduler's SIGTERM) signals the whole process group: the env workers too, which
+    # must leave the stop to the run
     flags = BREAKOUT + ["--total-timesteps", "4096", "--save-every", "1", "--async-envs"]
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "ppo_atari.py"), *flags],
@@ -322,10 +326,10 @@ def test_ctrl_c_in_a_terminal_stops_a_run_with_async_envs_saved_and_its_env_work
         start_new_session=True,  # a process group of its own, as a terminal gives a command
     )
     wait_for_checkpoint(proc, tmp_path)
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, sig)
     proc.wait(timeout=120)
     err = proc.stderr.read()
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert "resume with:" in err and "Traceback" not in err and "Error" not in err
     ckpt = torch.load(only_run(tmp_path) / "checkpoint.pt", weights_only=True)
     assert 0 < ckpt["progress"]["global_step"] < 4096

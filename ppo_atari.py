@@ -218,9 +218,7 @@ def make_envs(args: Args, run_name: str) -> VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
     real final observation (through the same wrappers as any other), and the next step only resets."""
     thunks = [make_env(args.env_id, i, args.capture_video and RANK == 0, run_name) for i in range(args.num_envs)]
-    if args.async_envs:  # speed only: the envs and their seeds are the same, stepped in parallel
-        thunks = [in_worker(thunk) for thunk in thunks]
-    vector_env = gym.vector.AsyncVectorEnv if args.async_envs else gym.vector.SyncVectorEnv
+    vector_env = in_workers if args.async_envs else gym.vector.SyncVectorEnv  # Part II: speed only, the same episodes
     envs = vector_env(thunks, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     return envs
 
@@ -1003,16 +1001,20 @@ class Interrupts:
             os._exit(128 + signum)
 
 
-def in_worker(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
-    """make, for a worker process of AsyncVectorEnv: the worker ignores SIGINT and SIGTERM, which a terminal's
-    Ctrl-C (or a kill of the process group) sends it too; the main process stops it after saving."""
+def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
+    """gymnasium's AsyncVectorEnv of the same envs, each stepped by a worker process of its own. The workers
+    ignore SIGINT and SIGTERM, which a terminal's Ctrl-C (or a kill of the process group) sends them too:
+    the run stops them once it has finished its iteration and saved."""
 
-    def thunk() -> gym.Env:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
-        return make()
+    def ignoring_signals(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
+        def thunk() -> gym.Env:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
+            return make()
 
-    return thunk
+        return thunk
+
+    return gym.vector.AsyncVectorEnv([ignoring_signals(make) for make in thunks], **kwargs)
 
 
 def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:

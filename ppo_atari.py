@@ -517,7 +517,7 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             average_gradients(agent, len(mb_adv))  # under torchrun: the gradient of every process's samples
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
             optimizer.step()
             losses.append(torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), grad_norm]))
             logratios.append(logratio.detach())

@@ -581,6 +581,7 @@ def other_shapes(ckpt_path, out) -> None:
         ("garbage", "not a readable checkpoint"),
         ("other_script", "not written by ppo_atari.py"),
         ("other_shapes", "spaces"),
+        ("other_action_bounds", "spaces"),
     ],
 )
 @pytest.mark.parametrize("mode", ["--resume", "--eval-checkpoint"])
@@ -596,6 +597,12 @@ def test_bad_checkpoints_are_refused_with_one_line_exit_2_and_nothing_written(tm
         bad.write_bytes(good.read_bytes())
     elif kind == "other_shapes":
         other_shapes(good, bad)
+    elif kind == "other_action_bounds":  # the same shapes: the weights would load, the actions clip elsewhere
+        ckpt = torch.load(good, weights_only=True)
+        ckpt["spaces"][1] = ckpt["spaces"][1].replace("-2.0, 2.0", "-1.0, 1.0")
+        assert ckpt["spaces"][1] == "Box(-1.0, 1.0, (1,), float32)"
+        ckpt["progress"] |= {"iteration": 0, "global_step": 0}
+        torch.save(ckpt, bad)
     before = files(tmp_path)
     proc = run_script(tmp_path, script, mode, str(bad), timeout=120)
     assert proc.returncode == 2

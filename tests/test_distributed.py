@@ -5,6 +5,7 @@ number of processes; one process under torchrun is plain python. CUDA checks run
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,6 +93,16 @@ def test_rank_zero_alone_writes_and_logs_every_ranks_episodes(two_rank_run):
     ends = sorted(2 * (200 * k + k - 1) for k in range(1, 11) for _rank in (0, 1))
     assert sorted(s for s, _ in logged["charts/episodic_return"]) == ends
     assert proc.stdout.count("device: cpu, batch 512 = 2 x 1 envs x 256 steps") == 1
+
+
+def test_the_closing_evaluation_under_torchrun_is_the_one_plain_python_gives_the_checkpoint(two_rank_run, tmp_path):
+    folder, _ = two_rank_run
+    shutil.copy(only_run(folder) / C.CHECKPOINT, tmp_path / C.CHECKPOINT)  # its eval.json is written beside it
+    again = run_script(tmp_path, "ppo_continuous.py", "--eval-checkpoint", C.CHECKPOINT, "--eval-episodes", "1")
+    assert again.returncode == 0, again.stderr
+    evaluation = json.loads((only_run(folder) / "eval.json").read_text())
+    assert evaluation["episodes"] == 1
+    assert json.loads((tmp_path / "eval.json").read_text())["returns"] == evaluation["returns"]
 
 
 def test_bad_input_under_torchrun_is_reported_once_and_writes_nothing(tmp_path):

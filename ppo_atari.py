@@ -14,6 +14,7 @@ import atexit
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import random
 import signal
@@ -60,7 +61,7 @@ class Args:
     capture_video: bool = False
     """record videos of the first environment to videos/{run_name}/"""
     async_envs: bool = False
-    """step each environment in a worker process of its own: the same episodes, faster with cores to spare"""
+    """step each environment in a worker process of its own: the same episodes, in parallel (given spare cores)"""
     save_every: int = 0
     """also write the checkpoint every this many iterations (it is always written at the end and on interrupt)"""
     resume: str | None = None
@@ -998,6 +999,9 @@ class Interrupts:
             again = "" if "WORLD_SIZE" in os.environ else " (again to quit now)"
             say(f"\n{signal.Signals(signum).name}: stopping after this iteration{again}", sys.stderr)
         elif "WORLD_SIZE" not in os.environ:
+            for worker in multiprocessing.active_children():  # --async-envs' env workers: at once, quietly
+                worker.kill()
+                worker.join()  # reaped: no zombie left behind
             os._exit(128 + signum)
 
 

@@ -15,6 +15,7 @@ import atexit
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import random
 import signal
@@ -60,7 +61,7 @@ class Args:
     capture_video: bool = False
     """record videos of the first environment to videos/{run_name}/"""
     async_envs: bool = False
-    """step each environment in a worker process of its own: the same episodes, faster with cores to spare"""
+    """step each environment in a worker process of its own: the same episodes, in parallel (given spare cores)"""
     save_every: int = 0
     """also write the checkpoint every this many iterations (it is always written at the end and on interrupt)"""
     resume: str | None = None
@@ -148,8 +149,7 @@ RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders headless only through EGL
-OBS_CLIP = 10.0  # normalized observations are clipped to +-10
-REWARD_CLIP = 10.0  # scaled rewards are clipped to +-10
+OBS_CLIP = REWARD_CLIP = 10.0  # normalized observations and scaled rewards are clipped to +-10
 NORM_EPS = 1e-8  # keeps the normalizing divisions finite when a variance is zero
 RMS_PRIOR_COUNT = 1e-4  # the running statistics start as mean 0, variance 1 seen this many times
 ENV_KWARGS: dict = {}  # gym.make's defaults
@@ -1023,6 +1023,9 @@ class Interrupts:
             again = "" if "WORLD_SIZE" in os.environ else " (again to quit now)"
             say(f"\n{signal.Signals(signum).name}: stopping after this iteration{again}", sys.stderr)
         elif "WORLD_SIZE" not in os.environ:
+            for worker in multiprocessing.active_children():  # --async-envs' env workers: at once, quietly
+                worker.kill()
+                worker.join()  # reaped: no zombie left behind
             os._exit(128 + signum)
 
 

@@ -310,6 +310,15 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
     assert scalars(run_dir)["charts/learning_rate"] == s["charts/learning_rate"]  # no iteration ran again
 
 
+def processes_in_group(pgid: int) -> list[str]:
+    """The processes (zombies too) left in process group pgid."""
+    return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+
+
+NEEDS_PGREP = pytest.mark.skipif(shutil.which("pgrep") is None, reason="needs pgrep")
+
+
+@NEEDS_PGREP
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_process_group_stops_a_run_with_async_envs_saved_and_its_env_workers_with_it(
     tmp_path, sig, code
@@ -333,6 +342,7 @@ def test_a_signal_to_the_process_group_stops_a_run_with_async_envs_saved_and_its
     assert "resume with:" in err and "Traceback" not in err and "Error" not in err
     ckpt = torch.load(only_run(tmp_path) / "checkpoint.pt", weights_only=True)
     assert 0 < ckpt["progress"]["global_step"] < 4096
+    assert processes_in_group(proc.pid) == []  # the workers closed
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -348,30 +358,33 @@ def test_sigint_and_sigterm_each_ask_for_a_stop_after_the_iteration(script, sig)
     assert interrupts.signum == sig
 
 
-def test_a_second_interrupt_quits_at_once_without_saving(tmp_path):
-    flags = [
-        "--env-id",
-        "Pendulum-v1",
-        "--num-steps",
-        "4096",
-        "--num-minibatches",
-        "4",
-        "--update-epochs",
-        "2",
-        "--total-timesteps",
-        "40960",
-        "--save-every",
-        "1",
-    ]
-    proc = start(tmp_path, "ppo_continuous.py", flags)
+@NEEDS_PGREP
+@pytest.mark.parametrize("async_envs", [False, True], ids=["sync", "async"])
+def test_a_second_interrupt_quits_at_once_without_saving(tmp_path, async_envs):
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "4096", "--num-minibatches", "4", "--update-epochs", "2"]
+    flags += ["--total-timesteps", "40960", "--save-every", "1"]
+    flags += ["--num-envs", "2", "--async-envs"] if async_envs else []
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "ppo_continuous.py"), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal gives a command
+    )
     saved = wait_for_checkpoint(proc, tmp_path).stat().st_mtime_ns
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: to the env workers too
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)  # within the same (seconds-long) iteration
+    os.killpg(proc.pid, signal.SIGINT)  # within the same (seconds-long) iteration
     proc.wait(timeout=60)
     assert proc.returncode == 130
-    assert "resume with:" not in proc.stderr.read()  # it did not wait to save
+    err = proc.stderr.read()
+    assert "resume with:" not in err  # it did not wait to save
     assert next(tmp_path.glob("runs/*/checkpoint.pt")).stat().st_mtime_ns == saved
+    time.sleep(1)  # the workers' last words, if any, come after the run's exit
+    assert (
+        processes_in_group(proc.pid) == [] and "Traceback" not in err + proc.stderr.read()
+    )  # none left, none complaining
 
 
 # --- evaluation --------------------------------------------------------------------------------

@@ -1008,7 +1008,7 @@ class Interrupts:
 def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
     """gymnasium's AsyncVectorEnv of the same envs, each stepped by a worker process of its own. The workers
     ignore SIGINT and SIGTERM, which a terminal's Ctrl-C (or a kill of the process group) sends them too:
-    the run stops them once it has finished its iteration and saved."""
+    the run closes them once it has finished its iteration and saved, or at any other exit."""
 
     def ignoring_signals(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
         def thunk() -> gym.Env:
@@ -1018,7 +1018,9 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
 
         return thunk
 
-    return gym.vector.AsyncVectorEnv([ignoring_signals(make) for make in thunks], **kwargs)
+    envs = gym.vector.AsyncVectorEnv([ignoring_signals(make) for make in thunks], **kwargs)
+    atexit.register(envs.close)  # before multiprocessing's own exit, which would wait on them for ever
+    return envs
 
 
 def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:

@@ -552,21 +552,14 @@ def test_a_non_finite_update_stops_with_exit_1_and_one_line_leaving_the_last_goo
     assert not (run_dir / "summary.json").exists()
 
 
+@pytest.mark.parametrize("envs", [[], ["--num-envs", "2", "--async-envs"]], ids=["sync", "async"])
 def test_a_diverging_run_ends_its_process_with_exit_1_one_error_line_no_traceback_and_a_finite_checkpoint(
-    tmp_path,
+    tmp_path, envs
 ):
-    """Divergence for real (a learning rate of 1e38), not a poisoned parameter, in a real process."""
-    proc = run_script(
-        tmp_path,
-        "ppo_continuous.py",
-        *PENDULUM,
-        "--total-timesteps",
-        "2560",
-        "--save-every",
-        "1",
-        "--learning-rate",
-        "1e38",
-    )
+    """Divergence for real (a learning rate of 1e38), not a poisoned parameter, in a real process; with
+    --async-envs the env workers, which ignore SIGTERM, must not keep the process from exiting."""
+    flags = ["--total-timesteps", "2560", "--save-every", "1", "--learning-rate", "1e38", *envs]
+    proc = run_script(tmp_path, "ppo_continuous.py", *PENDULUM, *flags, timeout=120)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("error: non-finite") and "Traceback" not in proc.stderr

@@ -2,6 +2,7 @@
 
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py update OUT_DIR
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py target_kl OUT_DIR
+torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py collectives OUT_DIR
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py train OUT_DIR -- SCRIPT_FLAGS...
 (with the repository root on PYTHONPATH, as test_distributed.py's torchrun sets it)
 """
@@ -86,6 +87,16 @@ def train(out_dir: str, flags: list[str]) -> None:
     C.main(tyro.cli(C.Args, args=flags))
 
 
+def collectives(out_dir: str) -> None:
+    """global_mean and global_var of samples of unequal counts (rank r holds 3 + 4 r of them); each rank writes
+    what it got."""
+    C.start_distributed(torch.nn.Linear(1, 1), torch.device("cpu"))
+    x = 10.0 * C.RANK + torch.arange(3 + 4 * C.RANK, dtype=torch.float32)
+    torch.save({"mean": C.global_mean(x), "var": C.global_var(x)}, f"{out_dir}/collectives{C.RANK}.pt")
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
-    {"update": update, "target_kl": target_kl}[mode](out) if mode != "train" else train(out, sys.argv[4:])
+    {"update": update, "target_kl": target_kl, "collectives": collectives}[mode](out) if mode != "train" else train(
+        out, sys.argv[4:]
+    )

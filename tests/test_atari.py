@@ -87,6 +87,20 @@ def test_time_limit_is_a_truncation_not_a_termination_and_ends_the_game():
     assert game.resets == 2 and game.actions == [2, 2]
 
 
+def test_a_game_cut_off_on_the_steps_a_reset_takes_is_reset_for_real():
+    game = FakeGame(time_limit=5)
+    env = A.EpisodicLife(game)
+    env.reset(seed=0)
+    for _ in range(4):  # the 4th step loses a life
+        env.step(2)
+    env.reset()  # its no-op step is the 5th: the time limit cuts the game there
+    assert game.resets == 2 and game.t == 0
+    game = FakeGame(time_limit=2)
+    env = A.FireReset(game)
+    env.reset(seed=0)  # FIRE is step 1, action 2 step 2: cut off, so the game starts again
+    assert game.resets == 2 and game.t == 0
+
+
 def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():
     game = FakeGame()
     env = A.FireReset(A.EpisodicLife(game))
@@ -250,7 +264,8 @@ def test_the_diff_against_the_continuous_script_has_at_most_15_hunks():
     assert 0 < len(hunks) <= 15
 
 
-def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path):
+@pytest.mark.parametrize("envs", [[], ["--async-envs"]], ids=["sync", "async"])
+def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path, envs):
     proc = run_script(
         tmp_path,
         "ppo_atari.py",
@@ -267,6 +282,7 @@ def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path):
         "--eval-episodes",
         "0",
         "--capture-video",
+        *envs,
     )
     assert proc.returncode == 0, proc.stderr
     assert list((tmp_path / "videos" / only_run(tmp_path).name).glob("*.mp4"))

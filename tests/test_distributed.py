@@ -54,6 +54,16 @@ def test_the_target_kl_stop_is_decided_on_every_rank_s_samples_together(tmp_path
         assert torch.equal(value, ranks[1]["agent"][key]), key
 
 
+def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
+    proc = torchrun(2, WORKER, "collectives", str(tmp_path), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    every = torch.cat([10.0 * r + torch.arange(3 + 4 * r, dtype=torch.float64) for r in (0, 1)])  # 3 + 7 samples
+    for r in (0, 1):
+        got = torch.load(tmp_path / f"collectives{r}.pt", weights_only=True)
+        assert got["mean"].item() == pytest.approx(every.mean().item(), rel=1e-6)  # not the mean of the 2 means
+        assert got["var"].item() == pytest.approx(every.var().item(), rel=1e-6)
+
+
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("two_ranks")

@@ -449,6 +449,20 @@ def test_update_stops_at_target_kl_and_moves_the_critic_toward_the_targets():
     assert metrics["losses/epochs_done"] == 0
 
 
+def test_update_metrics_count_ratios_clipped_on_both_sides_and_give_the_ess_as_a_fraction(monkeypatch):
+    rng = np.random.default_rng(0)
+    envs = G.GridEnvs(16, rng)
+    buf, _, _ = G.collect_rollout(envs, G.Agent.uniform(), envs.state.copy(), 32, rng)
+    # every minibatch's ratios: half exp(0.5) (above 1 + eps), half exp(-0.5) (below 1 - eps); no step taken
+    signs = np.resize([0.5, -0.5], buf.states.size // G.Args().num_minibatches)
+    monkeypatch.setattr(G, "policy_gradient", lambda pi, *args: (np.zeros_like(pi), signs.copy()))
+    metrics = G.update(G.Agent.uniform(), buf, G.Args(update_epochs=1), 1.0, rng)
+    assert metrics["losses/clipfrac"] == 1.0
+    ratio = np.exp(signs)
+    assert metrics["losses/ess"] == pytest.approx(ratio.sum() ** 2 / (ratio**2).sum() / len(ratio))
+    assert 0 < metrics["losses/ess"] < 1
+
+
 def test_advantage_normalization_flag_changes_the_update():
     rng = np.random.default_rng(0)
     envs = G.GridEnvs(16, rng)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import gymnasium as gym
@@ -708,6 +709,36 @@ def test_a_checkpoint_from_a_host_with_more_gpus_restores_this_process_s_gpu_onl
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append((state, device)))
     C.restore_agent(ckpt, envs, agent, optimizer, frozen=True)
     assert len(restored) == 1 and torch.equal(restored[0][0], gpu_states[0]) and restored[0][1] in (0, "cuda", "cuda:0")
+    envs.close()
+
+
+def test_each_process_resumes_its_own_rng_streams(monkeypatch):
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    agent = C.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters())
+    saved = []
+    for seed in (0, 1):  # what ranks 0 and 1 saved
+        torch.manual_seed(seed)
+        saved.append(C.rng_state())
+    spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
+    ckpt = {"spaces": spaces, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()}
+    ckpt |= {"normalization": C.normalization_state(envs), "rng": saved}
+    monkeypatch.setattr(C, "RANK", 1)
+    C.restore_agent(ckpt, envs, agent, optimizer, frozen=True)
+    assert torch.equal(torch.get_rng_state(), saved[1]["torch"])
+    envs.close()
+
+
+@pytest.mark.parametrize("losses", [(float("nan"), 1.0), (1.0, float("nan")), (float("inf"), 1.0)])
+def test_a_non_finite_policy_or_value_loss_alone_stops_the_run(tmp_path, losses):
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    metrics = {"losses/policy_loss": losses[0], "losses/value_loss": losses[1]}
+    closed = []
+    log = types.SimpleNamespace(close=lambda: closed.append(True))
+    with pytest.raises(SystemExit) as stop:
+        C.stop_unless_finite(C.Agent(envs), metrics, log, 3, str(tmp_path))
+    assert stop.value.code == 1 and closed == [True]
+    C.stop_unless_finite(C.Agent(envs), {"losses/policy_loss": 1.0, "losses/value_loss": 1.0}, log, 3, str(tmp_path))
     envs.close()
 
 

@@ -558,3 +558,38 @@ def test_the_adaptive_beta_follows_the_kl_of_the_whole_update_not_the_minibatche
     run_main(tmp_path, monkeypatch, objective="kl-adaptive", kl_beta=1.0, kl_target=0.01)
     betas = [v for _, v in scalars(only_run(tmp_path))["charts/kl_beta"]]
     assert betas == [2.0 ** (i + 1) for i in range(len(betas))] and len(betas) > 1
+
+
+class Bounded(gym.Env):
+    """Actions in [-2, 2]; records every action it receives."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def __init__(self):
+        self.received = []
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.received.append(float(action[0]))
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_actions_are_clipped_to_the_env_s_own_bounds_and_the_sample_is_kept():
+    envs = C.Normalize(gym.vector.SyncVectorEnv([Bounded]))
+    envs.reset(seed=0)
+    sampled = [np.array([[a]], np.float32) for a in (5.0, 1.5, -3.0)]
+    for action in sampled:
+        envs.step(action)
+    assert envs.env.envs[0].received == [2.0, 1.5, -2.0]
+    assert [a.item() for a in sampled] == [5.0, 1.5, -3.0]  # the caller's sample, for the loss, untouched
+
+
+def test_under_torchrun_each_process_s_batch_must_split_into_the_minibatches(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a global batch of 6 splits in 2, each process's 3 does not
+    error = C.check_args(C.Args(env_id="Pendulum-v1", num_envs=1, num_steps=3, num_minibatches=2))
+    assert error is not None and "--num-minibatches 2 does not divide" in error
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert C.check_args(C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=3, num_minibatches=2)) is None

@@ -80,13 +80,15 @@ def files(path) -> set[str]:
 
 
 def start(tmp_path, script, flags) -> subprocess.Popen:
-    """Start `python SCRIPT FLAGS...` in tmp_path, its stdout and stderr piped as text."""
+    """Start `python SCRIPT FLAGS...` in tmp_path, its stdout and stderr piped as text, in a process group of
+    its own (as a terminal starts a command: os.killpg(proc.pid, sig) is what Ctrl-C does)."""
     return subprocess.Popen(
         [sys.executable, str(ROOT / script), *flags],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
 
 
@@ -327,14 +329,7 @@ def test_a_signal_to_the_process_group_stops_a_run_with_async_envs_saved_and_its
     # a terminal's Ctrl-C (or a scheduler's SIGTERM) signals the whole process group: the env workers too, which
     # must leave the stop to the run
     flags = BREAKOUT + ["--total-timesteps", "4096", "--save-every", "1", "--async-envs"]
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "ppo_atari.py"), *flags],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a process group of its own, as a terminal gives a command
-    )
+    proc = start(tmp_path, "ppo_atari.py", flags)
     wait_for_checkpoint(proc, tmp_path)
     os.killpg(proc.pid, sig)
     proc.wait(timeout=120)
@@ -365,14 +360,7 @@ def test_a_second_interrupt_quits_at_once_without_saving(tmp_path, async_envs):
     flags = ["--env-id", "Pendulum-v1", "--num-steps", "4096", "--num-minibatches", "4", "--update-epochs", "2"]
     flags += ["--total-timesteps", "40960", "--save-every", "1"]
     flags += ["--num-envs", "2", "--async-envs"] if async_envs else []
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "ppo_continuous.py"), *flags],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a process group of its own, as a terminal gives a command
-    )
+    proc = start(tmp_path, "ppo_continuous.py", flags)
     saved = wait_for_checkpoint(proc, tmp_path).stat().st_mtime_ns
     os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: to the env workers too
     time.sleep(0.5)

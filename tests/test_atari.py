@@ -224,21 +224,11 @@ def test_async_envs_are_stepped_in_worker_processes(script):
 @pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
 def test_async_envs_step_the_same_episodes_and_learn_the_same_numbers(tmp_path, script):
     flags = ["--env-id", ENV_IDS[script], "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512"]
+    flags += ["--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1"]
     logged = {}
     for mode in ("--no-async-envs", "--async-envs"):
         (tmp_path / mode).mkdir()
-        proc = run_script(
-            tmp_path / mode,
-            script,
-            *flags,
-            "--num-minibatches",
-            "2",
-            "--update-epochs",
-            "1",
-            "--eval-episodes",
-            "1",
-            mode,
-        )
+        proc = run_script(tmp_path / mode, script, *flags, mode)
         assert proc.returncode == 0, proc.stderr
         logged[mode] = {tag: values for tag, values in scalars(only_run(tmp_path / mode)).items() if "SPS" not in tag}
     sync, parallel = logged.values()

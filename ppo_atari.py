@@ -12,6 +12,7 @@ every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algo
 
 import atexit
 import dataclasses
+import importlib
 import json
 import math
 import multiprocessing
@@ -73,6 +74,8 @@ class Args:
     eval_stochastic: bool = False
     """evaluate by sampling actions instead of taking the most likely one"""
 
+    env_kwargs: str = "{}"
+    """keyword arguments of every gym.make of the run and its evaluation, a JSON object: '{"mode": 2}'"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """an Atari id: any *NoFrameskip-v4 or ALE/*-v5"""
     total_timesteps: int = 10_000_000
@@ -149,6 +152,7 @@ RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 
 
 gym.register_envs(ale_py)  # make the ALE ids known to gymnasium
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # stderr for errors only, not ALE's banner
 NOOP_MAX = 30  # up to 30 no-op actions at reset, so that games start in different states
 FRAME_SKIP = 4  # repeat each action for 4 frames, max-pooling the last two (Atari flickers)
 SCREEN = 84  # frames are resized to 84x84 grayscale
@@ -197,10 +201,10 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str, env_kwargs: dict) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
         render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
-        env = gym.make(env_id, **ENV_KWARGS, **render)
+        env = gym.make(env_id, **(ENV_KWARGS | env_kwargs | render))  # env_id may be module:EnvId
         if render:
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         env = gym.wrappers.AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SCREEN)
@@ -218,7 +222,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 def make_envs(args: Args, run_name: str) -> VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
     real final observation (through the same wrappers as any other), and the next step only resets."""
-    thunks = [make_env(args.env_id, i, args.capture_video and RANK == 0, run_name) for i in range(args.num_envs)]
+    video, env_kwargs = args.capture_video and RANK == 0, json.loads(args.env_kwargs)  # checked by check_env
+    thunks = [make_env(args.env_id, i, video, run_name, env_kwargs) for i in range(args.num_envs)]
     vector_env = in_workers if args.async_envs else gym.vector.SyncVectorEnv  # Part II: speed only, the same episodes
     envs = vector_env(thunks, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     return envs
@@ -835,7 +840,7 @@ def load_checkpoint(path: str) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated, corrupted, or not a torch file at all
-        fail(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        fail(f"{path} is not a readable checkpoint ({why(e)})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py")
     try:
@@ -859,7 +864,7 @@ def restore_agent(
             optimizer.load_state_dict(ckpt["optimizer"])
         load_normalization_state(envs, ckpt["normalization"], frozen)
     except (RuntimeError, KeyError, ValueError) as e:
-        fail(f"the checkpoint does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        fail(f"the checkpoint does not fit this agent ({why(e)})")
     if optimizer is not None and RANK < len(ckpt["rng"]):  # a process the saved run lacked keeps its seed
         set_rng_state(ckpt["rng"][RANK])
 
@@ -873,7 +878,7 @@ def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
         fail(error)
     if ckpt:  # main goes on from the saved step, in batches of this run's number of processes
         return args, ckpt, os.path.dirname(args.resume) or ".", ckpt["progress"]
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = f"{args.env_id.replace('/', '-').replace(':', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
     return args, None, f"runs/{run_name}", progress
 
@@ -943,6 +948,8 @@ def evaluate_checkpoint(args: Args) -> dict:
     run_args = dataclasses.replace(ckpt["args"], **keep)
     if run_args.eval_episodes < 1:
         fail(f"--eval-episodes must be positive, got {run_args.eval_episodes}")
+    if error := check_env(run_args):  # its module, its env_kwargs
+        fail(error)
     device = torch.device("cuda" if torch.cuda.is_available() and run_args.cuda else "cpu")
     run_dir = os.path.dirname(args.eval_checkpoint) or "."
     envs = make_eval_envs(run_args, os.path.basename(os.path.abspath(run_dir)), ckpt["normalization"])
@@ -1069,17 +1076,48 @@ def check_args(args: Args) -> str | None:
         return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         return "--gamma and --gae-lambda must lie in [0, 1]"
-    return check_env(args.env_id)
+    return check_env(args)
 
 
-def check_env(env_id: str) -> str | None:
-    """Say why env_id cannot be trained on by this script, or None."""
+def check_env(args: Args) -> str | None:
+    """Say why --env-id with --env-kwargs cannot be trained on by this script, or None. The environment is made,
+    reset and stepped once as training will, so that a fault shows here as one line, before anything is written."""
     try:
-        spec = gym.spec(env_id)
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
+    if not isinstance(env_kwargs, dict):
+        return f"--env-kwargs must be a JSON object of keyword arguments, got {args.env_kwargs}"
+    module, _, env_name = args.env_id.rpartition(":")  # gymnasium's module:EnvId: import the module, which registers
+    if module and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # as `python -m` does: a module in the current folder is found too
+    try:
+        if module:
+            importlib.import_module(module)
+        spec = gym.spec(env_name)
     except gym.error.Error as e:
-        return f"unknown environment {env_id!r}: {e}"
+        return f"unknown environment {args.env_id!r}: {e}"
+    except Exception as e:  # the module is missing, or raised while it was imported
+        return f"cannot import module {module!r} of --env-id {args.env_id} ({why(e)})"
+    try:
+        env = gym.make(spec, **env_kwargs)
+        env.close()
+    except Exception as e:  # most often a keyword the environment does not take
+        return f"{args.env_id} cannot be made with --env-kwargs {args.env_kwargs} ({why(e)})"
     if "ale_py" not in str(spec.entry_point):
-        return f"{env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
+        return f"{args.env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
+    return check_first_steps(args, env_kwargs)
+
+
+def check_first_steps(args: Args, env_kwargs: dict) -> str | None:
+    """The environment as training makes it, reset and stepped once: a fault there, as one line."""
+    try:
+        env = make_env(args.env_id, 0, False, "", env_kwargs)()
+        env.reset(seed=args.seed)
+        env.step(env.action_space.sample())
+        env.close()
+    except Exception as e:
+        return f"{args.env_id} failed when made, reset and stepped once ({why(e)})"
     return None
 
 
@@ -1087,6 +1125,11 @@ def say(message: str, file=None) -> None:
     """print, from rank 0 alone: under torchrun every process runs the same lines."""
     if RANK == 0:
         print(message, file=file)
+
+
+def why(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -13,6 +13,7 @@ every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algo
 
 import atexit
 import dataclasses
+import importlib
 import json
 import math
 import multiprocessing
@@ -73,6 +74,8 @@ class Args:
     eval_stochastic: bool = False
     """evaluate by sampling actions instead of taking the most likely one"""
 
+    env_kwargs: str = "{}"
+    """keyword arguments of every gym.make of the run and its evaluation, a JSON object: '{"ctrl_cost_weight": 0.05}'"""
     env_id: str = "HalfCheetah-v4"
     """any gymnasium id with Box actions: HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4, v5), Pendulum-v1"""
     total_timesteps: int = 1_000_000
@@ -155,6 +158,13 @@ RMS_PRIOR_COUNT = 1e-4  # the running statistics start as mean 0, variance 1 see
 ENV_KWARGS: dict = {}  # gym.make's defaults
 
 
+def is_flat_box(space: gym.Space) -> bool:
+    """One vector already: the MLP's input as it is. Any other space that gymnasium flattens into a Box is flattened
+    (FlattenObservation): a Box in C order (row by row), a Dict's entries in the order of its keys (sorted, unless
+    it was built from an OrderedDict), a Tuple's in order, a Discrete as one-hot, nested spaces recursively."""
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+
+
 class RunningMeanStd:
     """Running mean and variance of all batches seen: gymnasium's RunningMeanStd's formulas, in fewer NumPy calls."""
 
@@ -225,12 +235,14 @@ class Normalize(gym.vector.VectorWrapper):
         return self.observations(observations), info
 
 
-def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str, env_kwargs: dict) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
         render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
-        env = gym.make(env_id, **ENV_KWARGS, **render)
+        env = gym.make(env_id, **(ENV_KWARGS | env_kwargs | render))  # env_id may be module:EnvId
         if render:
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        if not is_flat_box(env.observation_space):  # Box (3, 4), Dict, Tuple: one vector, in FLATTEN_ORDER
+            env = gym.wrappers.FlattenObservation(env)
         return env
 
     return thunk
@@ -239,7 +251,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 def make_envs(args: Args, run_name: str) -> VectorEnv:
     """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
     real final observation (through the same wrappers as any other), and the next step only resets."""
-    thunks = [make_env(args.env_id, i, args.capture_video and RANK == 0, run_name) for i in range(args.num_envs)]
+    video, env_kwargs = args.capture_video and RANK == 0, json.loads(args.env_kwargs)  # checked by check_env
+    thunks = [make_env(args.env_id, i, video, run_name, env_kwargs) for i in range(args.num_envs)]
     vector_env = in_workers if args.async_envs else gym.vector.SyncVectorEnv  # Part II: speed only, the same episodes
     envs = vector_env(thunks, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # innermost: logs the raw returns
@@ -859,7 +872,7 @@ def load_checkpoint(path: str) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated, corrupted, or not a torch file at all
-        fail(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        fail(f"{path} is not a readable checkpoint ({why(e)})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py")
     try:
@@ -883,7 +896,7 @@ def restore_agent(
             optimizer.load_state_dict(ckpt["optimizer"])
         load_normalization_state(envs, ckpt["normalization"], frozen)
     except (RuntimeError, KeyError, ValueError) as e:
-        fail(f"the checkpoint does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        fail(f"the checkpoint does not fit this agent ({why(e)})")
     if optimizer is not None and RANK < len(ckpt["rng"]):  # a process the saved run lacked keeps its seed
         set_rng_state(ckpt["rng"][RANK])
 
@@ -897,7 +910,7 @@ def start_run(args: Args) -> tuple[Args, dict | None, str, dict]:
         fail(error)
     if ckpt:  # main goes on from the saved step, in batches of this run's number of processes
         return args, ckpt, os.path.dirname(args.resume) or ".", ckpt["progress"]
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = f"{args.env_id.replace('/', '-').replace(':', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     progress = {"global_step": 0, "iteration": 0, "kl_beta": args.kl_beta, "episodes": 0, "recent_returns": []}
     return args, None, f"runs/{run_name}", progress
 
@@ -967,6 +980,8 @@ def evaluate_checkpoint(args: Args) -> dict:
     run_args = dataclasses.replace(ckpt["args"], **keep)
     if run_args.eval_episodes < 1:
         fail(f"--eval-episodes must be positive, got {run_args.eval_episodes}")
+    if error := check_env(run_args):  # its module, its env_kwargs
+        fail(error)
     device = torch.device("cuda" if torch.cuda.is_available() and run_args.cuda else "cpu")
     run_dir = os.path.dirname(args.eval_checkpoint) or "."
     envs = make_eval_envs(run_args, os.path.basename(os.path.abspath(run_dir)), ckpt["normalization"])
@@ -1093,23 +1108,57 @@ def check_args(args: Args) -> str | None:
         return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         return "--gamma and --gae-lambda must lie in [0, 1]"
-    return check_env(args.env_id)
+    return check_env(args)
 
 
-def check_env(env_id: str) -> str | None:
-    """Say why env_id cannot be trained on by this script, or None."""
+def check_env(args: Args) -> str | None:
+    """Say why --env-id with --env-kwargs cannot be trained on by this script, or None. The environment is made,
+    reset and stepped once as training will, so that a fault shows here as one line, before anything is written."""
     try:
-        spec = gym.spec(env_id)
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
+    if not isinstance(env_kwargs, dict):
+        return f"--env-kwargs must be a JSON object of keyword arguments, got {args.env_kwargs}"
+    module, _, env_name = args.env_id.rpartition(":")  # gymnasium's module:EnvId: import the module, which registers
+    if module and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # as `python -m` does: a module in the current folder is found too
+    try:
+        if module:
+            importlib.import_module(module)
+        spec = gym.spec(env_name)
     except gym.error.Error as e:
-        return f"unknown environment {env_id!r}: {e}"
-    env = gym.make(spec)
-    is_box = isinstance(env.action_space, gym.spaces.Box)
-    is_flat = isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1
-    env.close()
-    if not is_box:
-        return f"{env_id} has a {type(env.action_space).__name__} action space; this script needs Box actions"
-    if not is_flat:
-        return f"{env_id} has no flat Box observation space"
+        return f"unknown environment {args.env_id!r}: {e}"
+    except Exception as e:  # the module is missing, or raised while it was imported
+        return f"cannot import module {module!r} of --env-id {args.env_id} ({why(e)})"
+    try:
+        env = gym.make(spec, **env_kwargs)
+        env.close()
+    except Exception as e:  # most often a keyword the environment does not take
+        return f"{args.env_id} cannot be made with --env-kwargs {args.env_kwargs} ({why(e)})"
+    obs_space, act_space = env.observation_space, env.action_space
+    if isinstance(act_space, gym.spaces.Discrete):
+        return f"{args.env_id} has Discrete actions; this script needs Box actions (ppo_atari.py: Discrete, Atari only)"
+    if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
+        return f"{args.env_id} has the action space {act_space}; this script needs a Box of shape (A,)"
+    try:
+        flat = isinstance(gym.spaces.utils.flatten_space(obs_space), gym.spaces.Box)
+    except NotImplementedError:  # a Space class gymnasium does not know
+        flat = False
+    if not flat:
+        return f"{args.env_id}'s observation space {obs_space} cannot be flattened into a Box"
+    return check_first_steps(args, env_kwargs)
+
+
+def check_first_steps(args: Args, env_kwargs: dict) -> str | None:
+    """The environment as training makes it, reset and stepped once: a fault there, as one line."""
+    try:
+        env = make_env(args.env_id, 0, False, "", env_kwargs)()
+        env.reset(seed=args.seed)
+        env.step(env.action_space.sample())
+        env.close()
+    except Exception as e:
+        return f"{args.env_id} failed when made, reset and stepped once ({why(e)})"
     return None
 
 
@@ -1117,6 +1166,11 @@ def say(message: str, file=None) -> None:
     """print, from rank 0 alone: under torchrun every process runs the same lines."""
     if RANK == 0:
         print(message, file=file)
+
+
+def why(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
 def fail(message: str, code: int = 2) -> None:

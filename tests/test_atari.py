@@ -137,7 +137,7 @@ def test_raw_score_is_logged_while_the_agent_learns_from_clipped_rewards():
 
 
 def make_real_env(env_id="BreakoutNoFrameskip-v4"):
-    env = A.make_env(env_id, 0, False, "test")()
+    env = A.make_env(env_id, 0, False, "test", {})()
     return env
 
 
@@ -326,7 +326,7 @@ def test_the_frame_stack_starts_filled_with_the_reset_frame():
 
 
 def test_the_network_sees_pixels_scaled_to_unit_range():
-    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test", {})])
     agent = A.Agent(envs)
     seen = []
     agent.network[0].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
@@ -381,7 +381,7 @@ def test_both_scripts_take_the_same_flags():
 
 
 def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():
-    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test", {})])
     torch.manual_seed(0)
     agent = A.Agent(envs)
     with torch.no_grad():
@@ -398,7 +398,7 @@ def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():
 
 
 def test_the_network_is_the_nature_cnn_orthogonal_with_gains_sqrt2_001_and_1_and_zero_biases():
-    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test", {})])
     agent = A.Agent(envs)
     kinds = [type(layer).__name__ for layer in agent.network]
     assert kinds == ["Conv2d", "ReLU", "Conv2d", "ReLU", "Conv2d", "ReLU", "Flatten", "Linear", "ReLU"]
@@ -439,7 +439,7 @@ def test_a_life_lost_on_the_first_step_of_a_game_ends_the_learning_episode():
 
 
 def test_breakout_skips_four_max_pooled_frames_and_serves_with_fire_after_every_life_lost(monkeypatch):
-    env = A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")()
+    env = A.make_env("BreakoutNoFrameskip-v4", 0, False, "test", {})()
     ale_env, raw_actions = type(env.unwrapped), []
     real_step = ale_env.step
 

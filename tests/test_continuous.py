@@ -85,7 +85,7 @@ class RawObs(gym.Wrapper):
 
 def test_truncation_bootstraps_from_the_normalized_final_observation(monkeypatch):
     args = C.Args(env_id="Pendulum-v1", num_steps=260, total_timesteps=260)  # Pendulum truncates at 200
-    monkeypatch.setattr(C, "make_env", lambda env_id, idx, cv, rn: lambda: RawObs(gym.make(env_id)))
+    monkeypatch.setattr(C, "make_env", lambda env_id, idx, cv, rn, kw: lambda: RawObs(gym.make(env_id)))
     RawObs.log = []
     envs = C.make_envs(args, "test")
     norm = find_wrapper(envs, C.Normalize)

@@ -450,7 +450,7 @@ def test_greedy_evaluation_takes_the_mean_action_and_stochastic_samples(trained)
 
 
 def test_atari_greedy_is_the_argmax_and_stochastic_samples():
-    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test", {})])
     torch.manual_seed(0)
     agent = A.Agent(envs)
     with torch.no_grad():

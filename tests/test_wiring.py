@@ -263,9 +263,9 @@ def test_track_passes_the_project_and_entity_to_wandb(tmp_path, monkeypatch):
 
 
 def test_capture_video_wraps_the_first_environment_only():
-    first = C.make_env("HalfCheetah-v4", 0, True, "run")()
-    second = C.make_env("HalfCheetah-v4", 1, True, "run")()
-    plain = C.make_env("HalfCheetah-v4", 0, False, "run")()
+    first = C.make_env("HalfCheetah-v4", 0, True, "run", {})()
+    second = C.make_env("HalfCheetah-v4", 1, True, "run", {})()
+    plain = C.make_env("HalfCheetah-v4", 0, False, "run", {})()
     assert isinstance(first, gym.wrappers.RecordVideo) and first.video_folder.endswith("videos/run")
     assert not isinstance(second, gym.wrappers.RecordVideo) and not isinstance(plain, gym.wrappers.RecordVideo)
     for env in (first, second, plain):
@@ -482,27 +482,10 @@ def test_the_summary_returned_and_on_disk_counts_steps_and_episodes_and_holds_th
     assert evaluation["episodes"] == 2 and summary["eval_mean_return"] == evaluation["mean_return"]
 
 
-class ImageObs(gym.Env):
-    """Box actions, but image observations: not for an MLP."""
-
-    observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-
-def test_an_env_without_flat_observations_is_refused(tmp_path, monkeypatch, capsys):
-    gym.register("TestImageObs-v0", entry_point=ImageObs)
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as stop:
-        C.main(C.Args(env_id="TestImageObs-v0"))
-    assert stop.value.code == 2
-    assert capsys.readouterr().err.strip() == "error: TestImageObs-v0 has no flat Box observation space"
-    assert list(tmp_path.iterdir()) == []
-
-
 def gymnasium_chain(args: C.Args) -> gym.vector.VectorEnv:
     """The same normalization built from gymnasium's own vector wrappers, one per step of it."""
     envs = gym.vector.SyncVectorEnv(
-        [C.make_env(args.env_id, i, False, "test") for i in range(args.num_envs)],
+        [C.make_env(args.env_id, i, False, "test", {}) for i in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)

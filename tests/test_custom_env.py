@@ -1,0 +1,289 @@
+"""A user's own environment, the way gymnasium means it: `--env-id module:EnvId` (the module imported from the
+Python path or the current folder, as `python -m` does), `--env-kwargs` passed to every gym.make of a run and
+saved with it, observations flattened into one vector, and every bad input refused with one line, exit 2,
+before anything is written. The scripts run as a user runs them, in a folder that holds the module."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, only_run, run_script, scalars
+
+import ppo_continuous as C
+
+# A module of the user's: Probe pays `reward` at every step of an episode of `length` steps, whatever the
+# actions, so each return (training's, a resumed run's, the evaluation's) is reward * length exactly: the
+# keyword arguments reached that gym.make. `obs` picks the observation space, `fail` where it raises.
+PROBE = textwrap.dedent(
+    """
+    from collections import OrderedDict
+
+    import gymnasium as gym
+    import numpy as np
+
+    BOX = gym.spaces.Box(-5.0, 5.0, (2,), np.float32)
+    SPACES = {
+        "vector": BOX,
+        "matrix": gym.spaces.Box(-5.0, 5.0, (3, 4), np.float32),
+        "dict": gym.spaces.Dict({"b": BOX, "a": gym.spaces.Box(-5.0, 5.0, (1,), np.float32)}),
+        "ordered": gym.spaces.Dict(OrderedDict(b=BOX, a=gym.spaces.Box(-5.0, 5.0, (1,), np.float32))),
+        "tuple": gym.spaces.Tuple((BOX, gym.spaces.Box(-5.0, 5.0, (1,), np.float32))),
+        "sequence": gym.spaces.Sequence(BOX),
+    }
+
+
+    class Probe(gym.Env):
+        metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+        def __init__(self, reward=1.0, length=10, obs="vector", fail=None, render_mode=None):
+            self.reward, self.length, self.kind, self.fail = reward, length, obs, fail
+            self.observation_space = SPACES[obs]
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+            self.render_mode = render_mode
+
+        def observation(self):
+            if self.kind in ("dict", "ordered"):
+                return {"b": np.array([1.0, 2.0], np.float32), "a": np.array([3.0], np.float32)}
+            if self.kind == "tuple":
+                return (np.array([1.0, 2.0], np.float32), np.array([3.0], np.float32))
+            if self.kind == "sequence":
+                return (np.array([1.0, 2.0], np.float32),)
+            return np.arange(np.prod(self.observation_space.shape), dtype=np.float32).reshape(
+                self.observation_space.shape
+            ) / 10
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            if self.fail == "reset":
+                raise RuntimeError("reset broke")
+            self.t = 0
+            return self.observation(), {}
+
+        def step(self, action):
+            if self.fail == "step":
+                raise ValueError("step broke")
+            self.t += 1
+            return self.observation(), self.reward, self.t >= self.length, False, {}
+
+        def render(self):
+            return np.zeros((16, 16, 3), np.uint8)
+
+
+    gym.register("Probe-v0", entry_point=Probe)
+    """
+)
+SMALL = ["--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "2"]
+KWARGS = {"reward": 2.5, "length": 7, "obs": "dict"}  # every return is 17.5
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """The user's folder: their module, probe.py, in it; the scripts are run from it."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    return tmp_path
+
+
+def train(folder, *flags: str, script: str = "ppo_continuous.py", kwargs: dict = KWARGS, total: int = 128):
+    steps = ["--total-timesteps", str(total)]
+    return run_script(
+        folder, script, "--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(kwargs), *SMALL, *steps, *flags
+    )
+
+
+def episode_returns(run_dir) -> set[float]:
+    return {value for _, value in scalars(run_dir)["charts/episodic_return"]}
+
+
+def assert_refused(proc: subprocess.CompletedProcess, folder, *words: str) -> None:
+    """One line on stderr naming what is wrong, exit 2, and no run folder, video or checkpoint written."""
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr[-2000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert not (folder / "runs").exists() and not (folder / "videos").exists()
+
+
+# --- the module, its keyword arguments and its flattened observations, through every entry point ---
+
+
+def test_a_module_env_trains_with_its_kwargs_resumes_and_evaluates_with_them(folder):
+    proc = train(folder, "--capture-video")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(folder)
+    assert run_dir.name.startswith("probe-Probe-v0__")  # no ':' in a folder's name
+    assert episode_returns(run_dir) == {17.5}  # training's gym.make had the kwargs
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5, 17.5]  # and the evaluation's
+    assert list((folder / "videos" / run_dir.name).glob("*.mp4"))
+    ckpt = torch.load(run_dir / C.CHECKPOINT, weights_only=True)
+    assert json.loads(ckpt["args"]["env_kwargs"]) == KWARGS and ckpt["args"]["env_id"] == "probe:Probe-v0"
+
+    # --resume, in a new process, rebuilds the same environment from the saved Args alone: cut the saved
+    # progress back one iteration and drop the closing files, and the resumed iteration scores 17.5 again
+    ckpt["progress"] |= {"iteration": 1, "global_step": 64}
+    torch.save(ckpt, run_dir / C.CHECKPOINT)
+    for name in ("eval.json", "summary.json"):
+        (run_dir / name).unlink()
+    resumed = run_script(folder, "ppo_continuous.py", "--resume", str(run_dir / C.CHECKPOINT))
+    assert resumed.returncode == 0 and "resuming at step 64" in resumed.stdout, resumed.stderr[-3000:]
+    assert [step for step, _ in scalars(run_dir)["charts/episodic_return"]][-1] > 64  # it trained
+    assert episode_returns(run_dir) == {17.5}
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5, 17.5]
+
+    # --eval-checkpoint, from another folder (the module found on PYTHONPATH), the checkpoint's env and kwargs
+    elsewhere = folder / "elsewhere"
+    elsewhere.mkdir()
+    env = os.environ | {"PYTHONPATH": str(folder)}
+    cmd = [sys.executable, str(ROOT / "ppo_continuous.py"), "--eval-checkpoint", str(run_dir / C.CHECKPOINT)]
+    evaluated = subprocess.run(cmd + ["--eval-episodes", "3"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 3
+
+
+def test_eval_checkpoint_of_a_module_env_whose_module_is_gone_is_refused_with_one_line(folder):
+    assert train(folder, "--eval-episodes", "0").returncode == 0
+    checkpoint = only_run(folder) / C.CHECKPOINT
+    elsewhere = folder / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_script(elsewhere, "ppo_continuous.py", "--eval-checkpoint", str(checkpoint))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: cannot import module 'probe' of --env-id probe:Probe-v0 (ModuleNotFoundError: No module named 'probe')"
+    ]
+    assert not (checkpoint.parent / "eval.json").exists()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_async_env_workers_find_the_module_under_every_start_method(folder, start_method):
+    """Each env worker makes the env by its module:EnvId: a spawned or forkserver worker imports the module itself."""
+    run = (
+        "import multiprocessing, runpy, sys; "
+        f"multiprocessing.set_start_method({start_method!r}); "
+        "sys.argv = ['ppo_continuous.py'] + sys.argv[1:]; "
+        f"runpy.run_path({str(ROOT / 'ppo_continuous.py')!r}, run_name='__main__')"
+    )
+    flags = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
+    proc = subprocess.run(
+        [sys.executable, "-c", run, *flags, "--num-envs", "2", "--async-envs"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(folder)
+    assert (
+        episode_returns(run_dir) == {17.5} and json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 2
+    )
+
+
+def test_a_module_env_trains_under_torchrun(folder):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    flags = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        cmd + [str(ROOT / "ppo_continuous.py"), *flags], cwd=folder, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(folder)
+    assert (
+        episode_returns(run_dir) == {17.5} and json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 2
+    )
+
+
+@pytest.mark.parametrize(
+    "kind, flattened",
+    [
+        ("vector", [0.0, 0.1]),
+        ("matrix", [x / 10 for x in range(12)]),  # row by row (C order)
+        ("dict", [3.0, 1.0, 2.0]),  # the keys sorted: "a", then "b"
+        ("ordered", [1.0, 2.0, 3.0]),  # an OrderedDict's own order: "b", then "a"
+        ("tuple", [1.0, 2.0, 3.0]),
+    ],
+)
+def test_observations_are_flattened_in_the_documented_order_before_normalization(folder, monkeypatch, kind, flattened):
+    """What the agent, the normalization and the checkpoint see is one vector: each Box row by row, a Dict's
+    entries by sorted key (an OrderedDict's in its order), a Tuple's in order."""
+    monkeypatch.syspath_prepend(str(folder))
+    __import__("probe")
+    envs = C.make_envs(C.Args(env_id="probe:Probe-v0", env_kwargs=json.dumps({"obs": kind})), "test")
+    assert envs.single_observation_space.shape == (len(flattened),)
+    envs.reset(seed=1)  # one observation seen: the running mean is that observation
+    np.testing.assert_allclose(envs.obs_rms.mean, flattened, rtol=1e-3, atol=1e-6)
+    flattening = isinstance(envs.unwrapped.envs[0], gym.wrappers.FlattenObservation)
+    assert flattening == (kind != "vector")  # a flat Box goes in as it is
+    envs.close()
+
+
+def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
+    """ALE's own keyword arguments reach its gym.make: `full_action_space` gives all 18 actions to the policy."""
+    flags = ["--num-envs", "1", "--num-steps", "32", "--num-minibatches", "1", "--update-epochs", "1"]
+    kwargs = json.dumps({"full_action_space": True, "repeat_action_probability": 0.0})
+    proc = run_script(
+        tmp_path, "ppo_atari.py", "--env-id", "ale_py:ALE/Pong-v5", "--env-kwargs", kwargs, *flags,
+        "--total-timesteps", "32", "--eval-episodes", "0",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = torch.load(only_run(tmp_path) / C.CHECKPOINT, weights_only=True)
+    assert ckpt["agent"]["actor.weight"].shape[0] == 18  # Pong's minimal set has 6
+
+
+# --- bad input: one line, exit 2, nothing written ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs, words",
+    [
+        ("probe:Probe-v0", "{reward: 1}", ["--env-kwargs", "is not JSON"]),
+        ("probe:Probe-v0", "[1, 2]", ["--env-kwargs must be a JSON object"]),
+        ("probe:Probe-v0", '{"colour": "red"}', ["probe:Probe-v0 cannot be made", "colour"]),
+        ("nosuchmodule:Probe-v0", "{}", ["cannot import module 'nosuchmodule'", "ModuleNotFoundError"]),
+        ("broken:Probe-v0", "{}", ["cannot import module 'broken'", "ZeroDivisionError"]),
+        ("probe:Nope-v0", "{}", ["unknown environment 'probe:Nope-v0'"]),
+        ("probe:Probe-v0", '{"fail": "reset"}', ["probe:Probe-v0 failed", "RuntimeError: reset broke"]),
+        ("probe:Probe-v0", '{"fail": "step"}', ["probe:Probe-v0 failed", "ValueError: step broke"]),
+        ("probe:Probe-v0", '{"obs": "sequence"}', ["observation space Sequence", "cannot be flattened into a Box"]),
+        ("CartPole-v1", "{}", ["Discrete actions", "ppo_atari.py"]),
+    ],
+)
+def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, kwargs, words):
+    (folder / "broken.py").write_text("import probe\n1 / 0\n")
+    proc = run_script(folder, "ppo_continuous.py", "--env-id", env_id, "--env-kwargs", kwargs, *SMALL)
+    assert_refused(proc, folder, *words)
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs, words",
+    [
+        ("ALE/Pong-v5", '{"colour": "red"}', ["ALE/Pong-v5 cannot be made", "colour"]),
+        ("ALE/Pong-v5", '{"frameskip": 4}', ["ALE/Pong-v5 failed"]),  # AtariPreprocessing skips frames itself
+        ("nosuchmodule:ALE/Pong-v5", "{}", ["cannot import module 'nosuchmodule'"]),
+        ("probe:Probe-v0", "{}", ["is not an Atari environment"]),
+    ],
+)
+def test_bad_atari_modules_and_kwargs_are_refused_with_one_line(folder, env_id, kwargs, words):
+    proc = run_script(folder, "ppo_atari.py", "--env-id", env_id, "--env-kwargs", kwargs)
+    assert_refused(proc, folder, *words)
+
+
+# --- the worked example of docs/custom_env.md --------------------------------------------------
+
+
+def test_the_documented_point_mass_learns_to_reach_its_target(tmp_path):
+    """examples/pointmass.py, trained as the docs say (a smaller budget): it ends far above a random policy."""
+    env = os.environ | {"PYTHONPATH": str(ROOT / "examples")}
+    cmd = [sys.executable, str(ROOT / "ppo_continuous.py"), "--env-id", "pointmass:PointMass-v0"]
+    proc = subprocess.run(
+        cmd + ["--total-timesteps", "20480", "--eval-episodes", "10"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())
+    assert evaluation["mean_return"] > -30  # a random policy scores about -100

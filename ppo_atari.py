@@ -12,7 +12,6 @@ every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algo
 
 import atexit
 import dataclasses
-import importlib
 import json
 import math
 import multiprocessing
@@ -220,8 +219,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str, env_kwar
 
 
 def make_envs(args: Args, run_name: str) -> VectorEnv:
-    """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its
-    real final observation (through the same wrappers as any other), and the next step only resets."""
+    """num_envs copies in lockstep. NEXT_STEP autoreset: the step that ends an episode returns its real final
+    observation (through the same wrappers as any other), the next step only resets."""
     video, env_kwargs = args.capture_video and RANK == 0, json.loads(args.env_kwargs)  # checked by check_env
     thunks = [make_env(args.env_id, i, video, run_name, env_kwargs) for i in range(args.num_envs)]
     vector_env = in_workers if args.async_envs else gym.vector.SyncVectorEnv  # Part II: speed only, the same episodes
@@ -285,8 +284,7 @@ class Agent(nn.Module):
         return self.critic(self.features(obs)).squeeze(-1)  # (B, 4, 84, 84) -> (B,)
 
     def get_action_and_value(self, obs: Tensor, action: Tensor | None = None, greedy: bool = False):
-        """Sample an action (or score the given one, or take the likeliest with greedy): the action,
-        its log-prob (B,), the policy's entropy (B,) and the value (B,)."""
+        """Sample an action (or score the given one, or the likeliest with greedy): action, log-prob, entropy, value."""
         hidden = self.features(obs)  # (B, 512)
         log_probs = self.actor(hidden).log_softmax(-1)  # (B, num_actions)
         if action is None:  # sample, or take the most likely with greedy
@@ -362,8 +360,8 @@ def policy_loss(
 
 
 def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
-    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within
-    clip_coef of the value at collection time (a pessimistic bound, as for the policy)."""
+    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within clip_coef of the value
+    at collection time (a pessimistic bound, as for the policy)."""
     unclipped = (new_values - returns).square()
     if clip_coef is None:
         return 0.5 * unclipped.mean()
@@ -382,8 +380,7 @@ def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:
 
 
 def linear_schedule(start: float, step: int, total_steps: int) -> float:
-    """start before the first step, falling linearly toward zero: the last batch of a run of total_steps
-    trains at batch / total_steps of it (CleanRL's schedule)."""
+    """start before the first step, falling linearly: a run's last batch trains at batch / total_steps of it."""
     return start * (1.0 - step / total_steps)
 
 
@@ -643,8 +640,7 @@ LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
 
 
 def start_distributed(agent: nn.Module, device: torch.device) -> None:
-    """Under torchrun with more than one process: join the process group (NCCL between GPUs, gloo for
-    what stays on the CPU) and start every process from rank 0's parameters."""
+    """Under torchrun with more than one process: join the process group, start every process from rank 0's weights."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return  # plain python, or a single process: no process group, the code path of one process exactly
     on_gpu = device.type == "cuda"
@@ -655,9 +651,8 @@ def start_distributed(agent: nn.Module, device: torch.device) -> None:
 
 
 def rank_seed(seed: int) -> int:
-    """This process's seed: --seed itself under plain python; under torchrun one drawn for (seed, rank),
-    so that no two (seed, rank) pairs share a stream (seed + rank would give seed 1's rank 1 the stream of
-    seed 2's rank 0) and every rank's environments are seeded apart."""
+    """This process's seed: --seed under plain python; under torchrun one drawn for (seed, rank), so that no two
+    pairs share a stream (seed + rank would give seed 1's rank 1 the stream of seed 2's rank 0)."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return seed
     return int(np.random.SeedSequence(seed, spawn_key=(RANK,)).generate_state(1)[0])
@@ -687,8 +682,7 @@ def global_var(x: Tensor) -> Tensor:
 
 
 def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tensor]]:
-    """The mean and std of x in each minibatch; under torchrun, of every process's share of it: the mean
-    first, then the centred squares, in float64 (the sum of squares less n mean^2 cancels in float32)."""
+    """Mean and std of x per minibatch (of every process's share under torchrun): centred squares in float64."""
     if not dist.is_initialized():
         return [(x[mb].mean(), x[mb].std()) for mb in slices]
     x64 = x.double()
@@ -701,8 +695,7 @@ def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tens
 
 
 def average_gradients(agent: nn.Module, samples: int) -> None:
-    """Make each process's gradient that of the loss over every process's samples, so that the norm clip
-    and the optimizer step are the same everywhere and the parameters stay identical."""
+    """Make each process's gradient that of the loss over every process's samples: the same step everywhere."""
     if not dist.is_initialized():
         return
     grads = [p.grad for p in agent.parameters()]
@@ -721,9 +714,8 @@ def gather_objects(obj) -> list:
 
 
 def gather_iteration(metrics: dict, samples: int, episodes: list, signum: int | None) -> tuple[dict, list, int | None]:
-    """Every process's metrics (weighted by its number of samples: ranks drop different numbers of
-    autoreset steps; the ratio's extremes over all), finished episodes and stop request, so that every
-    process takes the same decisions at the same iteration."""
+    """Every process's metrics (weighted by its samples: ranks drop different numbers of autoreset steps; the ratio's
+    extremes over all), episodes and stop request, so that every process takes the same decisions."""
     everyone = gather_objects((metrics, samples, episodes, signum))
     if len(everyone) > 1:
         total = sum(n for _, n, _, _ in everyone)
@@ -735,9 +727,8 @@ def gather_iteration(metrics: dict, samples: int, episodes: list, signum: int | 
 
 
 def merge_normalization(envs: VectorEnv, prior: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Combine every process's running statistics, weighted by their counts, into the global ones that
-    every process goes on with. Each process holds prior (the last merge) plus what it has seen since:
-    add up the raw moments, and count prior once."""
+    """Every process's running statistics, weighted by their counts, combined into the global ones all go on with.
+    Each process holds prior (the last merge) plus what it has seen since: add up the raw moments, count prior once."""
     state = normalization_state(envs)
     if not dist.is_initialized():
         return state
@@ -757,8 +748,7 @@ def merge_normalization(envs: VectorEnv, prior: dict[str, Tensor]) -> dict[str, 
 
 # 9. Checkpoints and resume -------------------------------------------------------------------
 
-# The normalizing wrappers' running statistics travel with the checkpoint. ppo_atari.py has none (pixels / 255,
-# reward signs): there these functions find nothing and do nothing, kept so the scripts share this code line for line.
+# The normalizing wrappers' running statistics travel with the checkpoint (ppo_atari.py has none: nothing is found)
 RUNNING_STATS = ("obs_rms", "return_rms")  # what gymnasium's normalizing wrappers keep
 
 
@@ -853,8 +843,7 @@ def load_checkpoint(path: str) -> dict:
 def restore_agent(
     ckpt: dict, envs: VectorEnv, agent: Agent, optimizer: torch.optim.Optimizer | None, frozen: bool
 ) -> None:
-    """Load the saved agent (and optimizer, and this process's RNG streams) and normalization, after
-    checking they fit these envs."""
+    """Load the saved agent (optimizer, this process's RNG streams) and normalization, checked against envs."""
     spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
     if ckpt["spaces"] != spaces:
         fail(f"the checkpoint is for observation/action spaces {ckpt['spaces']}, the environment has {spaces}")
@@ -992,8 +981,7 @@ def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: Vec
 
 class Interrupts:
     """SIGINT and SIGTERM ask the loop to checkpoint and stop after this iteration. Under plain python a second one
-    quits at once (the checkpoint on disk stays whole: only a rename replaces it); under torchrun later ones are
-    torchrun's own copies (of a Ctrl-C; to all once one worker exits), ignored: no worker is cut short saving."""
+    quits at once (only a rename replaces a checkpoint); under torchrun later ones are torchrun's copies: ignored."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -1013,9 +1001,8 @@ class Interrupts:
 
 
 def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
-    """gymnasium's AsyncVectorEnv of the same envs, each stepped by a worker process of its own. The workers
-    ignore SIGINT and SIGTERM, which a terminal's Ctrl-C (or a kill of the process group) sends them too:
-    the run closes them once it has finished its iteration and saved, or at any other exit."""
+    """gymnasium's AsyncVectorEnv of the same envs, each in a worker process. The workers ignore SIGINT and SIGTERM,
+    which Ctrl-C (a kill of the process group) sends them too: the run closes them once saved, or at any exit."""
 
     def ignoring_signals(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
         def thunk() -> gym.Env:
@@ -1032,8 +1019,7 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
 
 def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
-    # saved: nothing may cut the closing short, not even a signal that comes while Python shuts down (which
-    # restores the default handlers): under torchrun, its SIGTERM to the workers once one has exited
+    # saved: no signal may cut the closing short, not even torchrun's SIGTERM to all once one worker has exited
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     log.close()
     envs.close()
@@ -1049,17 +1035,14 @@ def stop_unless_finite(agent: Agent, metrics: dict[str, float], log: "RunLog", i
     if all(math.isfinite(x) for x in losses) and all(torch.isfinite(p).all() for p in agent.parameters()):
         return
     log.close()  # keep everything logged up to the fault
-    checkpoint_path = os.path.join(run_dir, CHECKPOINT)
-    untouched = f"the last good checkpoint {checkpoint_path} is untouched"
-    saved = untouched if os.path.exists(checkpoint_path) else "no checkpoint was written"
+    path = os.path.join(run_dir, CHECKPOINT)
+    saved = f"the last good checkpoint {path} is untouched" if os.path.exists(path) else "no checkpoint was written"
     fail(f"non-finite loss or parameters at iteration {iteration}; {saved}", code=1)
 
 
 def check_args(args: Args) -> str | None:
     """The first problem with the arguments, or None. Checked before anything is written."""
-    if args.total_timesteps <= 0:
-        return f"--total-timesteps must be positive, got {args.total_timesteps}"
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
     for name in ("save_every", "eval_episodes"):
@@ -1081,37 +1064,21 @@ def check_args(args: Args) -> str | None:
 
 def check_env(args: Args) -> str | None:
     """Say why --env-id with --env-kwargs cannot be trained on by this script, or None. The environment is made,
-    reset and stepped once as training will, so that a fault shows here as one line, before anything is written."""
+    reset and stepped once as training makes it: a fault shows here, in one line, before anything is written."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
-    if not isinstance(env_kwargs, dict):
-        return f"--env-kwargs must be a JSON object of keyword arguments, got {args.env_kwargs}"
-    module, _, env_name = args.env_id.rpartition(":")  # gymnasium's module:EnvId: import the module, which registers
-    if module and os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())  # as `python -m` does: a module in the current folder is found too
-    try:
-        if module:
-            importlib.import_module(module)
-        spec = gym.spec(env_name)
-    except gym.error.Error as e:
-        return f"unknown environment {args.env_id!r}: {e}"
-    except Exception as e:  # the module is missing, or raised while it was imported
-        return f"cannot import module {module!r} of --env-id {args.env_id} ({why(e)})"
-    try:
-        env = gym.make(spec, **env_kwargs)
+    if os.getcwd() not in sys.path:  # module:EnvId finds a module in the current folder too, as `python -m` does
+        sys.path.append(os.getcwd())
+    try:  # gymnasium's module:EnvId imports the module, which registers EnvId, then makes EnvId
+        env = gym.make(args.env_id, **env_kwargs)
         env.close()
-    except Exception as e:  # most often a keyword the environment does not take
-        return f"{args.env_id} cannot be made with --env-kwargs {args.env_kwargs} ({why(e)})"
-    if "ale_py" not in str(spec.entry_point):
+    except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
+        return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
+    if "ale_py" not in str(env.spec.entry_point):
         return f"{args.env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
-    return check_first_steps(args, env_kwargs)
-
-
-def check_first_steps(args: Args, env_kwargs: dict) -> str | None:
-    """The environment as training makes it, reset and stepped once: a fault there, as one line."""
-    try:
+    try:  # as training makes it
         env = make_env(args.env_id, 0, False, "", env_kwargs)()
         env.reset(seed=args.seed)
         env.step(env.action_space.sample())

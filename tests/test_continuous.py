@@ -315,8 +315,8 @@ def test_the_kl_and_unclipped_objectives_with_value_clipping_run_to_completion(t
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--env-id", "NoSuchEnv-v0"], "unknown environment"),
-        (["--env-id", "CartPole-v1"], "Box actions"),
+        (["--env-id", "NoSuchEnv-v0"], "doesn't exist"),
+        (["--env-id", "CartPole-v1"], "needs Box (A,) ones"),
         (["--num-minibatches", "3"], "does not divide"),
         (["--total-timesteps", "0"], "must be positive"),
         (["--total-timesteps", "100"], "less than one batch"),

@@ -246,7 +246,11 @@ def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
         ("probe:Probe-v0", '{"fail": "reset"}', ["probe:Probe-v0 failed", "RuntimeError: reset broke"]),
         ("probe:Probe-v0", '{"fail": "step"}', ["probe:Probe-v0 failed", "ValueError: step broke"]),
         ("probe:Probe-v0", '{"obs": "sequence"}', ["observation space Sequence", "cannot be flattened into a Box"]),
-        ("CartPole-v1", "{}", ["CartPole-v1 has Discrete(2) actions", "needs Box (A,) ones", "(Atari's Discrete: ppo_atari)"]),
+        (
+            "CartPole-v1",
+            "{}",
+            ["CartPole-v1 has Discrete(2) actions", "needs Box (A,) ones", "(Atari's Discrete: ppo_atari)"],
+        ),
     ],
 )
 def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, kwargs, words):

@@ -76,7 +76,7 @@ class Args:
     env_kwargs: str = "{}"
     """keyword arguments of every gym.make of the run and its evaluation, a JSON object: '{"mode": 2}'"""
     env_id: str = "BreakoutNoFrameskip-v4"
-    """an Atari id: any *NoFrameskip-v4 or ALE/*-v5"""
+    """an Atari id: any *NoFrameskip-v4 or ALE/*-v5 (module:EnvId imports module first)"""
     total_timesteps: int = 10_000_000
     """agent steps summed over all environments, 4 frames each (CleanRL's Atari budget)"""
     learning_rate: float = 2.5e-4

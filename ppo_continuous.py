@@ -76,7 +76,7 @@ class Args:
     env_kwargs: str = "{}"
     """keyword arguments of every gym.make of the run and its evaluation, a JSON object: '{"ctrl_cost_weight": 0.05}'"""
     env_id: str = "HalfCheetah-v4"
-    """any gymnasium id with Box actions: HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4, v5), Pendulum-v1"""
+    """a gymnasium id with Box actions (HalfCheetah, Hopper, Walker2d, Ant, Humanoid v4/v5), or your module:EnvId"""
     total_timesteps: int = 1_000_000
     """environment steps summed over all environments (the PPO paper's MuJoCo budget)"""
     learning_rate: float = 3e-4

@@ -113,7 +113,7 @@ class Args:
     vf_coef: float = 0.5
     """weight of the value loss"""
     max_grad_norm: float = 0.5
-    """clip the global gradient norm to this value"""
+    """clip the global gradient norm to this value (inf: no clipping)"""
     anneal_clip: bool = False
     """decay the clip range as the learning rate, as the PPO paper did on Atari"""
     target_kl: float | None = None

@@ -3,7 +3,8 @@ behind the README's results tables, or one config of a script over several seeds
 
     python benchmarks/grid.py run table1 details --parallel 2     # the PPO paper's Table 1, the ablations
     python benchmarks/grid.py run mujoco atari --parallel 2       # the results table: 5 MuJoCo envs, 3 games
-    python benchmarks/grid.py status                              # which runs are done, cut or missing
+    python benchmarks/grid.py status                              # which runs are done, recorded, cut or missing
+    python benchmarks/grid.py record                              # records of finished runs that have none
     python benchmarks/tables.py                                   # every table, from the run folders
     python benchmarks/grid.py --seeds 1 2 3 4 --parallel 2 -- --env-id Hopper-v4     # one config, 4 seeds
     python benchmarks/grid.py --script ppo_atari.py --seeds 1 2 --name pong -- --env-id PongNoFrameskip-v4
@@ -18,11 +19,17 @@ checkpoint, summary.json, eval.json), its console output in evidence/logs/.
   mujoco   HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4), seeds 1-3, 1M steps, the defaults
   atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seed 1, 1M steps (4M frames), the defaults
   table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
-           kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-2, 300k steps
-  details  this project's departures from CleanRL, one at a time, same envs, seeds and budget
-           (the defaults are table1's clip 0.2 runs)
+           kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
+  details  this project's departures from CleanRL, one at a time, and two details switched off (advantage
+           normalization, gradient-norm clipping); same envs, seeds and budget (the defaults are table1's
+           clip 0.2 runs)
 The `details` variants that are no flag (the initial std, gymnasium's reward normalization) are run by
 importing ppo_continuous.py and changing that one thing before main, as the VARIANT_PATCHES say.
+
+Every finished run of a named grid also leaves a record, benchmarks/records/{label}.json (its settings,
+summary, evaluation and learning curve: a few KB), committed with the repository: tables.py reads the records
+where a run folder is missing, and a recorded run counts as done. `record` writes the records of the
+finished run folders that have none.
 
 Ad-hoc grid (--seeds): --script (default ppo_continuous.py) with the flags after `--`, once per seed, into
 ./runs/ (logs in ./logs/; --dir elsewhere), named {env}__seeds-{name}__{seed}__{time}. The name defaults
@@ -52,6 +59,11 @@ MUJOCO_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid
 ATARI_ENVS = ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4", "BeamRiderNoFrameskip-v4")
 SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1 and details
 SMALL_STEPS = 300_000
+STUDY_SEEDS = (1, 2, 3)  # table1 and details
+RECORDS_DIR = os.path.join(ROOT, "benchmarks", "records")  # committed: one record per finished run of a named grid
+CURVE_POINTS = 100  # a record's learning curve: the mean return of its episodes in this many equal slices
+LAST_EPISODES = 100  # the PPO paper scores a run by its last 100 training episodes
+RETURN_TAG = "charts/episodic_return"
 FULL_STEPS = 1_000_000
 SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
 SEEDS_GRID = "seeds"  # the grid name of ad-hoc runs
@@ -70,6 +82,8 @@ DETAILS_VARIANTS = {
     "clip-vloss": ["--clip-vloss"],
     "no-bootstrap-truncation": ["--no-bootstrap-truncation"],
     "gymnasium-reward-norm": [],
+    "no-norm-adv": ["--no-norm-adv"],
+    "no-grad-clip": ["--max-grad-norm", "inf"],
 }
 # Python run before ppo_continuous.main for the variants that are no flag; the script itself is unchanged.
 VARIANT_PATCHES = {
@@ -139,6 +153,63 @@ class Run:
         return [sys.executable, "-c", code, *args]
 
 
+def record_path(run: Run, records_dir: str = RECORDS_DIR) -> str:
+    return os.path.join(records_dir, f"{run.label}.json")
+
+
+def read_record(run: Run, records_dir: str = RECORDS_DIR) -> dict | None:
+    """The committed record of a finished run of a named grid, or None."""
+    path = record_path(run, records_dir)
+    if run.grid not in GRIDS or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def make_record(run: Run, folder: str) -> dict:
+    """A finished run's figures, from its folder: its settings, summary.json, eval.json, the mean of its last
+    LAST_EPISODES returns and its learning curve (CURVE_POINTS slices of its episodes: mean step, mean return)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with open(os.path.join(folder, "summary.json")) as f:
+        summary = json.load(f)
+    evaluation = None
+    if os.path.exists(os.path.join(folder, "eval.json")):
+        with open(os.path.join(folder, "eval.json")) as f:
+            evaluation = json.load(f)
+    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
+    acc.Reload()
+    events = acc.Scalars(RETURN_TAG) if RETURN_TAG in acc.Tags()["scalars"] else []
+    steps, returns = np.array([e.step for e in events]), np.array([e.value for e in events])
+    slices = zip(np.array_split(steps, CURVE_POINTS), np.array_split(returns, CURVE_POINTS))
+    return {
+        "grid": run.grid,
+        "variant": run.variant,
+        "env_id": run.env_id,
+        "seed": run.seed,
+        "script": run.script,
+        "flags": list(run.flags),
+        "steps": summary.get("global_step"),
+        "last_10": summary.get("mean_return_last_10"),
+        "last_100": float(np.mean(returns[-LAST_EPISODES:])) if len(returns) else None,
+        "eval": summary.get("eval_mean_return"),
+        "eval_returns": evaluation["returns"] if evaluation else None,
+        "sps": summary.get("sps"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "episodes": summary.get("episodes"),
+        "curve": [[round(float(s.mean())), round(float(r.mean()), 2)] for s, r in slices if len(s)],
+        "source": f"run folder {os.path.basename(folder)}",
+    }
+
+
+def write_record(run: Run, folder: str, records_dir: str = RECORDS_DIR) -> str:
+    os.makedirs(records_dir, exist_ok=True)
+    with open(record_path(run, records_dir), "w") as f:
+        json.dump(make_record(run, folder), f, indent=1)
+        f.write("\n")
+    return record_path(run, records_dir)
+
+
 def grid_runs(name: str) -> list[Run]:
     """The runs of one named grid, seed-major: a grid cut short still has every setting on its first seeds."""
     if name == "mujoco":
@@ -148,7 +219,7 @@ def grid_runs(name: str) -> list[Run]:
     variants = {"table1": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
     return [
         Run(name, v, e, s, SMALL_STEPS, tuple(flags))
-        for s in (1, 2)
+        for s in STUDY_SEEDS
         for e in SMALL_ENVS
         for v, flags in variants.items()
     ]
@@ -181,9 +252,10 @@ def seed_runs(script: str, seeds: list[int], flags: list[str], name: str | None 
     return [Run(SEEDS_GRID, name, env_id, seed, None, tuple(rest), script) for seed in seeds]
 
 
-def run(runs: list[Run], runs_dir: str, parallel: int) -> int:
-    """Run what is not done, `parallel` at a time; the number of runs that failed."""
-    pending = [r for r in runs if r.state(runs_dir)[0] != "done"]
+def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORDS_DIR) -> int:
+    """Run what is neither done nor recorded, `parallel` at a time, recording each run of a named grid as it
+    finishes; the number of runs that failed."""
+    pending = [r for r in runs if r.state(runs_dir)[0] != "done" and read_record(r, records_dir) is None]
     threads = str(max(1, usable_cores() // parallel))
     print(
         f"{len(runs) - len(pending)} of {len(runs)} done; {len(pending)} to go, {parallel} at a time, "
@@ -211,7 +283,8 @@ def run(runs: list[Run], runs_dir: str, parallel: int) -> int:
             running.remove(item)
             what = f"{r.env_id or 'default env'} {r.exp_name} seed {r.seed}"
             if proc.returncode == 0 and r.state(runs_dir)[0] == "done":
-                print(f"done  {what} in {(time.time() - started) / 60:.1f} min", flush=True)
+                recorded = f"; record {write_record(r, r.state(runs_dir)[1], records_dir)}" if r.grid in GRIDS else ""
+                print(f"done  {what} in {(time.time() - started) / 60:.1f} min{recorded}", flush=True)
                 continue
             failed += 1
             # exit 0 without summary.json: not a run that finished (resuming would evaluate and summarize it)
@@ -251,18 +324,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="%(prog)s {run,status} [GRID ...] [options]\n"
+        usage="%(prog)s {run,status,record} [GRID ...] [options]\n"
         "       %(prog)s [{run,status}] --seeds SEED [SEED ...] [--script SCRIPT] [--name NAME] [options] [-- FLAGS]",
     )
     parser.add_argument("words", nargs="*", metavar="{run,status} GRID", help=f"grids: {', '.join(GRIDS)} (all)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once, the cores split between them")
     parser.add_argument("--dir", help="where runs/ and logs/ are made (default: evidence/ for the named grids, . else)")
+    parser.add_argument("--records", default=RECORDS_DIR, help="the named grids' records (default: benchmarks/records)")
     parser.add_argument("--seeds", type=int, nargs="+", help="an ad-hoc grid: --script with the flags after --")
     parser.add_argument("--script", choices=SCRIPTS, default="ppo_continuous.py", help="the ad-hoc grid's script")
     parser.add_argument("--name", help="the ad-hoc grid's name (default: the script's and a hash of the flags)")
     args = parser.parse_args(argv)
     words = list(args.words)
-    command = words.pop(0) if words and words[0] in ("run", "status") else None
+    command = words.pop(0) if words and words[0] in ("run", "status", "record") else None
     if command is None and not args.seeds:
         parser.error("say `run` or `status` (or give --seeds for an ad-hoc grid)")
     if args.parallel < 1:
@@ -288,9 +362,17 @@ def main(argv: list[str] | None = None) -> None:
     if command == "status":
         for r in runs:
             state, found = r.state(runs_dir)
+            if state != "done" and read_record(r, args.records) is not None:
+                state, found = "recorded", record_path(r, args.records)
             print(f"{state:8s} {r.grid:8s} {r.variant:24s} {r.env_id or 'default':26s} seed {r.seed}  {found or ''}")
         return
-    failed = run(runs, runs_dir, args.parallel)
+    if command == "record":
+        for r in runs:
+            state, found = r.state(runs_dir)
+            if state == "done" and read_record(r, args.records) is None and r.grid in GRIDS:
+                print(f"recorded {write_record(r, found, args.records)}")
+        return
+    failed = run(runs, runs_dir, args.parallel, args.records)
     if args.seeds:
         report_seeds(runs, runs_dir)
     if failed:

@@ -1,8 +1,10 @@
-"""Build the README's results tables from the run folders that benchmarks/grid.py made.
+"""Build the README's results tables from the run folders that benchmarks/grid.py made, or from the records
+it committed (benchmarks/records/) where a run folder is missing.
 
-    python benchmarks/tables.py                   # every table whose runs exist, as Markdown
+    python benchmarks/tables.py                   # every table whose runs exist, as Markdown, with intervals
     python benchmarks/tables.py --per-seed        # and every run's own figures
     python benchmarks/tables.py --dir evidence    # where grid.py put runs/
+    python benchmarks/tables.py --figure docs/intervals.png   # the intervals as a figure
 
 Figures, per run: the mean of its last 10 training episodes and of its closing greedy evaluation (10
 episodes, the mean action), both from summary.json, and the mean of its last 100 training episodes
@@ -11,7 +13,16 @@ episodes, the mean action), both from summary.json, and the mean of its last 100
 Table 1's normalized score, as the paper computes it: per environment, a random policy's return maps to 0
 and the best setting's mean return to 1; each run is scored so, and the scores of all runs of a setting
 (every env and seed) are averaged. The random policy's returns are measured here (uniform actions,
-RANDOM_EPISODES episodes per env, cached in {dir}/random.json).
+RANDOM_EPISODES episodes per env, cached in benchmarks/records/random.json).
+
+Intervals (Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice", with
+its library rliable): per setting, the interquartile mean (IQM) of its normalized scores over every env and seed,
+with a 95% stratified-bootstrap interval (runs resampled within each env, BOOTSTRAP_REPS times); per setting of
+a study, the probability that a run of it beats a run of the defaults on the same env, with its interval. A
+setting is called better or worse than the defaults only where that interval excludes 1/2. Normalization:
+0 is the random policy's return; 1 is the defaults' mean return on that env in the studies, CleanRL's published
+1M-step return on MuJoCo (Ant-v4 has none: left out of the aggregate), the human score of Mnih et al. (2015)
+on Atari.
 """
 
 import argparse
@@ -22,10 +33,12 @@ import sys
 import grid
 import numpy as np
 
-LAST_EPISODES = 100  # the PPO paper scores a run by its last 100 training episodes
 RANDOM_EPISODES = 100
 RANDOM_SEED = 0
-TAG = "charts/episodic_return"
+RANDOM_CACHE = os.path.join(grid.RECORDS_DIR, "random.json")  # committed beside the records
+BOOTSTRAP_REPS = 2000  # stratified-bootstrap resamples per interval
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
 
 # Published figures, beside ours (same envs and step budget).
 # CleanRL: ppo_continuous_action.py on the v4 envs, 1M steps, 3 seeds (its docs' benchmark table).
@@ -38,6 +51,12 @@ CLEANRL_MUJOCO = {
 # The PPO paper (Schulman et al. 2017) gives MuJoCo results as curves only (Figure 3, v1 envs); HalfCheetah's
 # clip-0.2 curve ends near 1800 at 1M steps.
 PAPER_MUJOCO = {"HalfCheetah-v4": "~1800"}
+# CleanRL's ppo_continuous_action.py run here, on this kind of 2-core machine under gymnasium 1.4 (adapted only
+# where the API changed), 1M steps, seeds 1-3, last 10 episodes: its published figures were made with other
+# versions of gym and MuJoCo.
+CLEANRL_HERE = {"HalfCheetah-v4": [1391.0, 3632.0, 3660.0]}
+# Human scores (Mnih et al. 2015): 1 of Atari's normalization, the random agent's score its 0.
+HUMAN_ATARI = {"BreakoutNoFrameskip-v4": 31.8, "PongNoFrameskip-v4": 9.3, "BeamRiderNoFrameskip-v4": 5775.0}
 # Random agents on Atari (Mnih et al. 2015), and the PPO paper's last-100-episode scores at 10M steps.
 RANDOM_ATARI = {"BreakoutNoFrameskip-v4": 1.7, "PongNoFrameskip-v4": -20.7, "BeamRiderNoFrameskip-v4": 363.9}
 PAPER_ATARI = {
@@ -68,34 +87,19 @@ DETAILS_NAMES = {
     "clip-vloss": "value clipping on (`--clip-vloss`, CleanRL's)",
     "no-bootstrap-truncation": "time limits as terminations (`--no-bootstrap-truncation`, CleanRL's)",
     "gymnasium-reward-norm": "gymnasium's NormalizeReward (CleanRL's), not baselines' semantics",
+    "no-norm-adv": "no advantage normalization (`--no-norm-adv`)",
+    "no-grad-clip": "no gradient-norm clipping (`--max-grad-norm inf`)",
 }
 
 
-def read_run(folder: str) -> dict:
-    """One finished run's figures: last_10, eval (None without eval.json) and last_100."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    with open(os.path.join(folder, "summary.json")) as f:
-        summary = json.load(f)
-    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
-    acc.Reload()
-    returns = [e.value for e in acc.Scalars(TAG)] if TAG in acc.Tags()["scalars"] else []
-    return {
-        "folder": folder,
-        "steps": summary["global_step"],
-        "last_10": summary["mean_return_last_10"],
-        "eval": summary.get("eval_mean_return"),
-        "last_100": float(np.mean(returns[-LAST_EPISODES:])) if returns else float("nan"),
-    }
-
-
-def collect(runs_dir: str, grid_name: str) -> dict[tuple[str, str], list[dict]]:
-    """{(variant, env): [each finished seed's figures]} of one grid."""
+def collect(runs_dir: str, grid_name: str, records_dir: str = grid.RECORDS_DIR) -> dict[tuple[str, str], list[dict]]:
+    """{(variant, env): [each finished seed's figures]} of one grid: from its run folder, else from its record."""
     found: dict[tuple[str, str], list[dict]] = {}
     for run in grid.grid_runs(grid_name):
         state, folder = run.state(runs_dir)
-        if state == "done":
-            found.setdefault((run.variant, run.env_id), []).append(read_run(folder) | {"seed": run.seed})
+        record = grid.make_record(run, folder) if state == "done" else grid.read_record(run, records_dir)
+        if record is not None:
+            found.setdefault((run.variant, run.env_id), []).append(record)
     return found
 
 
@@ -142,11 +146,11 @@ RESULTS_HEADS = {
 }
 
 
-def results_table(runs_dir: str) -> list[str]:
+def results_table(grids: dict[str, dict]) -> list[str]:
     """The defaults' results per env: MuJoCo beside CleanRL and the paper, Atari beside a random agent."""
     lines = []
     for grid_name, envs, digits in (("mujoco", grid.MUJOCO_ENVS, 0), ("atari", grid.ATARI_ENVS, 1)):
-        found = collect(runs_dir, grid_name)
+        found = grids[grid_name]
         if not found:
             continue
         lines += [RESULTS_HEADS[grid_name], "| --- | --- | --- | --- | --- | --- |"]
@@ -188,16 +192,132 @@ def env_cells(found: dict, variant: str) -> list[str]:
     return cells
 
 
-def ablation_table(found: dict, variants: list[str], names: dict, random: dict, paper: dict | None) -> list[str]:
+def ablation_table(
+    found: dict, variants: list[str], names: dict, random: dict, paper: dict | None, stats: dict
+) -> list[str]:
+    """A study: per setting its returns per env, the paper's normalized score, then its intervals (see intervals)."""
     scores = normalized_scores(found, variants, random)
     envs = " | ".join(e.removesuffix("-v4") for e in grid.SMALL_ENVS)
     head = f"| setting | {envs} | normalized score | runs |" + (" PPO paper |" if paper else "")
+    head += " IQM [95% CI] | P(better than the defaults) [95% CI] | verdict |"
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for v in variants:
         if scores[v]:
             row = f"| {names[v]} | {' | '.join(env_cells(found, v))} | {np.mean(scores[v]):.2f} | {len(scores[v])} |"
-            lines.append(row + (f" {paper[v]:.2f} |" if paper else ""))
+            lines.append(row + (f" {paper[v]:.2f} |" if paper else "") + interval_cells(stats.get(v, {})))
     return lines + [""]
+
+
+def interval_cells(st: dict) -> str:
+    iqm = f"{st['iqm']:.2f} [{st['iqm_ci'][0]:.2f}, {st['iqm_ci'][1]:.2f}]" if "iqm" in st else "-"
+    p = (
+        f"{st['p_improve']:.2f} [{st['p_improve_ci'][0]:.2f}, {st['p_improve_ci'][1]:.2f}]"
+        if "p_improve" in st
+        else "-"
+    )
+    return f" {iqm} | {p} | {verdict(st)} |"
+
+
+def score_matrix(runs: dict[str, list[dict]], random: dict[str, float], reference: dict[str, float]) -> np.ndarray:
+    """{env: runs} -> (seeds, envs) normalized last-100 scores, 0 random and 1 reference, of the seeds that ran on
+    every env (rliable's layout: runs by tasks)."""
+    envs = [e for e in runs if e in reference]
+    seeds = sorted(set.intersection(*({r["seed"] for r in runs[e]} for e in envs))) if envs else []
+    by_seed = {e: {r["seed"]: r["last_100"] for r in runs[e]} for e in envs}
+    score = lambda e, seed: (by_seed[e][seed] - random[e]) / (reference[e] - random[e])  # noqa: E731
+    return np.array([[score(e, seed) for e in envs] for seed in seeds]).reshape(len(seeds), len(envs))
+
+
+def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str, dict]:
+    """Per setting: its IQM with the 95% stratified-bootstrap interval and, beside a baseline, the probability of
+    improvement over it with its interval (rliable; runs resampled within each env)."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    usable = {k: m for k, m in matrices.items() if m.size}
+    np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002 (rliable draws its resamples from numpy's global RNG)
+    iqm, iqm_ci = rly.get_interval_estimates(
+        usable, lambda m: np.array([metrics.aggregate_iqm(m)]), reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE
+    )
+    out = {
+        k: {"iqm": float(iqm[k][0]), "iqm_ci": [float(x) for x in iqm_ci[k][:, 0]], "runs": m.size, "seeds": len(m)}
+        for k, m in usable.items()
+    }
+    if baseline in usable:
+        pairs = {
+            k: (m, usable[baseline]) for k, m in usable.items() if k != baseline and m.shape == usable[baseline].shape
+        }
+        if pairs:
+            np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002
+            p, p_ci = rly.get_interval_estimates(
+                pairs, metrics.probability_of_improvement, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE
+            )
+            for k in pairs:
+                out[k] |= {"p_improve": float(p[k]), "p_improve_ci": [float(x) for x in np.ravel(p_ci[k])]}
+    return out
+
+
+def verdict(stats: dict) -> str:
+    """'better' or 'worse' than the baseline only where the interval of P(improvement) excludes 1/2."""
+    if "p_improve_ci" not in stats:
+        return "-"
+    low, high = stats["p_improve_ci"]
+    return "better" if low > 0.5 else "worse" if high < 0.5 else "not separated"
+
+
+def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
+    st = stats["default"]
+    if st["seeds"] < 2:
+        return [f"{what}: one seed per env, too few for an interval ({st['runs']} runs)", ""]
+    low, high = st["iqm_ci"]
+    iqm = f"IQM of normalized scores ({zero_one}) {st['iqm']:.2f}, 95% CI [{low:.2f}, {high:.2f}]"
+    return [f"{what}: {iqm}, {st['runs']} runs", ""]
+
+
+def study_stats(found: dict, variants: list[str], random: dict, baseline: str) -> dict[str, dict]:
+    """A study's intervals, normalized per env by the random policy (0) and the baseline's mean return (1)."""
+    reference = {
+        e: float(np.mean([r["last_100"] for r in found[(baseline, e)]]))
+        for e in grid.SMALL_ENVS
+        if (baseline, e) in found
+    }
+    by_variant = {v: {e: found[(v, e)] for e in grid.SMALL_ENVS if (v, e) in found} for v in variants}
+    return intervals({v: score_matrix(runs, random, reference) for v, runs in by_variant.items() if runs}, baseline)
+
+
+def results_stats(found: dict, envs: tuple, random: dict[str, float], reference: dict[str, float]) -> dict:
+    runs = {e: found[("default", e)] for e in envs if ("default", e) in found}
+    return intervals({"default": score_matrix(runs, random, reference)}, None)
+
+
+def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
+    """Each study's IQM intervals and P(improvement) intervals, one row of two panels per study."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(panels), 2, figsize=(12, 2.2 + 0.45 * max(len(s) for s, _ in panels.values())), squeeze=False
+    )
+    for row, (title, (stats, names)) in enumerate(panels.items()):
+        labels = [names.get(k, k) for k in stats][::-1]
+        for col, (key, xlabel) in enumerate(
+            (("iqm", "IQM of normalized scores"), ("p_improve", "P(better than the defaults)"))
+        ):
+            ax = axes[row][col]
+            for i, k in enumerate(list(stats)[::-1]):
+                if key in stats[k]:
+                    low, high = stats[k][f"{key}_ci"]
+                    ax.plot([low, high], [i, i], lw=6, alpha=0.5, color="C0")
+                    ax.plot([stats[k][key]], [i], "k|", ms=12)
+            if key == "p_improve":
+                ax.axvline(0.5, color="grey", ls="--", lw=1)
+            ax.set_yticks(range(len(labels)), labels if col == 0 else [""] * len(labels), fontsize=8)
+            ax.set_xlabel(xlabel)
+            ax.set_title(f"{title}: 95% stratified-bootstrap intervals" if col == 0 else title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def per_seed(grids: dict[str, dict]) -> list[str]:
@@ -214,34 +334,56 @@ def per_seed(grids: dict[str, dict]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=grid.DEFAULT_DIR, help="the folder holding runs/")
+    parser.add_argument("--records", default=grid.RECORDS_DIR, help="the records of runs whose folder is missing")
     parser.add_argument("--per-seed", action="store_true", help="also list every run's figures")
+    parser.add_argument("--figure", help="also draw the studies' intervals to this PNG")
     args = parser.parse_args()
     runs_dir = os.path.join(args.dir, "runs")
-    if not os.path.isdir(runs_dir):
-        sys.exit(f"error: no {runs_dir}: run benchmarks/grid.py first")
-    lines = results_table(runs_dir)
-    table1, details = collect(runs_dir, "table1"), collect(runs_dir, "details")
+    grids = {name: collect(runs_dir, name, args.records) for name in grid.GRIDS}
+    if not any(grids.values()):
+        sys.exit(f"error: no finished runs in {runs_dir} nor records in {args.records}: run benchmarks/grid.py first")
+    lines = results_table(grids)
+    table1, details = grids["table1"], grids["details"]
+    cleanrl = {e: float(CLEANRL_MUJOCO[e].split(" +- ")[0]) for e in CLEANRL_MUJOCO}
+    needed = [
+        e
+        for e in grid.MUJOCO_ENVS
+        if (grids["mujoco"] and e in cleanrl) or ((table1 or details) and e in grid.SMALL_ENVS)
+    ]
+    random = random_returns(needed, os.path.join(args.records, "random.json"))
+    if grids["mujoco"]:
+        stats = results_stats(grids["mujoco"], grid.MUJOCO_ENVS, random, cleanrl)
+        lines += interval_line(
+            stats,
+            "MuJoCo, the defaults (Ant-v4 has no CleanRL figure: left out)",
+            "0 random, 1 CleanRL's published return",
+        )
+    if grids["atari"]:
+        stats = results_stats(grids["atari"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
+        lines += interval_line(stats, "Atari, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
     if table1 or details:
-        random = random_returns(list(grid.SMALL_ENVS), os.path.join(args.dir, "random.json"))
         lines += ["Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS), ""]
+        lines += [
+            "Intervals: IQM of normalized scores (0 random, 1 the defaults' mean), P(better than the defaults)",
+            "",
+        ]
+    panels = {}
     if table1:
-        lines += ablation_table(table1, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1)
+        stats = study_stats(table1, list(grid.TABLE1_VARIANTS), random, "clip-0.2")
+        lines += ablation_table(table1, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
+        panels["Table 1"] = (stats, TABLE1_NAMES)
     if details:
         # the defaults of the details grid are table1's clip 0.2 runs
         merged = details | {("default", e): runs for (v, e), runs in table1.items() if v == "clip-0.2"}
-        lines += ablation_table(merged, ["default", *grid.DETAILS_VARIANTS], DETAILS_NAMES, random, None)
+        variants = ["default", *grid.DETAILS_VARIANTS]
+        stats = study_stats(merged, variants, random, "default")
+        lines += ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
+        panels["Which details matter"] = (stats, DETAILS_NAMES)
     if args.per_seed:
-        lines += per_seed(
-            {
-                "mujoco": collect(runs_dir, "mujoco"),
-                "atari": collect(runs_dir, "atari"),
-                "table1": table1,
-                "details": details,
-            }
-        )
-    if not lines:
-        sys.exit(f"error: no finished runs in {runs_dir}")
+        lines += per_seed(grids)
     print("\n".join(lines))
+    if args.figure and panels:
+        figure(panels, args.figure)
 
 
 if __name__ == "__main__":

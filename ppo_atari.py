@@ -1071,13 +1071,20 @@ def check_env(args: Args) -> str | None:
         return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
     if os.getcwd() not in sys.path:  # module:EnvId finds a module in the current folder too, as `python -m` does
         sys.path.append(os.getcwd())
+    module, _, env_name = args.env_id.rpartition(":")
+    try:  # an Atari id, or not: asked of gymnasium's registry before anything is made
+        if module:
+            __import__(module)  # module:EnvId: importing the module registers EnvId
+        ale = "ale_py" in str(gym.spec(env_name).entry_point)
+    except Exception:  # no such module or id: gym.make below says which
+        ale = True
+    if not ale:
+        return f"{args.env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
     try:  # gymnasium's module:EnvId imports the module, which registers EnvId, then makes EnvId
         env = gym.make(args.env_id, **env_kwargs)
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
         return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
-    if "ale_py" not in str(env.spec.entry_point):
-        return f"{args.env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
     try:  # as training makes it
         env = make_env(args.env_id, 0, False, "", env_kwargs)()
         env.reset(seed=args.seed)

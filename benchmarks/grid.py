@@ -17,7 +17,7 @@ iterations), so `run` can be started again after any stop.
 Named grids: every run lives in evidence/runs/{env}__{grid}-{variant}__{seed}__{time}/ (TensorBoard log,
 checkpoint, summary.json, eval.json), its console output in evidence/logs/.
   mujoco   HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4), seeds 1-3, 1M steps, the defaults
-  atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seed 1, 1M steps (4M frames), the defaults
+  atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seeds 1-3, 1M steps (4M frames), the defaults
   table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
            kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
   details  this project's departures from CleanRL, one at a time, and two details switched off (advantage
@@ -215,7 +215,7 @@ def grid_runs(name: str) -> list[Run]:
     if name == "mujoco":
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in MUJOCO_ENVS]
     if name == "atari":
-        return [Run(name, "default", e, 1, FULL_STEPS, ()) for e in ATARI_ENVS]
+        return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
     variants = {"table1": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
     return [
         Run(name, v, e, s, SMALL_STEPS, tuple(flags))

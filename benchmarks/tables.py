@@ -141,7 +141,8 @@ def pm(values: list[float], digits: int = 0) -> str:
 
 
 RESULTS_HEADS = {
-    "mujoco": "| env (1M steps) | seeds | last 10 episodes | greedy evaluation | CleanRL (published) | PPO paper |",
+    "mujoco": "| env (1M steps) | seeds | last 10 episodes | greedy evaluation | CleanRL (published) "
+    "| CleanRL (run here) | PPO paper |",
     "atari": "| game (1M steps = 4M frames) | seeds | last 10 games | greedy evaluation | random agent | PPO paper |",
 }
 
@@ -153,14 +154,18 @@ def results_table(grids: dict[str, dict]) -> list[str]:
         found = grids[grid_name]
         if not found:
             continue
-        lines += [RESULTS_HEADS[grid_name], "| --- | --- | --- | --- | --- | --- |"]
+        lines += [RESULTS_HEADS[grid_name], "|" + " --- |" * (RESULTS_HEADS[grid_name].count("|") - 1)]
         for env_id in envs:
             runs = found.get(("default", env_id), [])
             if not runs:
                 continue
             last, ev = pm([r["last_10"] for r in runs], digits), pm([r["eval"] for r in runs], digits)
             if grid_name == "mujoco":
-                beside = [CLEANRL_MUJOCO.get(env_id, "-"), PAPER_MUJOCO.get(env_id, "-")]
+                beside = [
+                    CLEANRL_MUJOCO.get(env_id, "-"),
+                    pm(CLEANRL_HERE.get(env_id, [])),
+                    PAPER_MUJOCO.get(env_id, "-"),
+                ]
             else:
                 beside = [str(RANDOM_ATARI[env_id]), PAPER_ATARI[env_id]]
             lines.append(f"| {env_id} | {len(runs)} | {last} | {ev} | {' | '.join(beside)} |")

@@ -14,6 +14,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +27,9 @@ import torch
 import ppo_continuous as C
 
 ROOT = Path(__file__).resolve().parent.parent
+# the suite's one limit on time: a guard against a hang, never a bet on the machine's speed. Every subprocess
+# a test starts and everything a test waits for gets it (the slowest test runs for about a minute alone)
+HANG_TIMEOUT = 900  # seconds
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +47,7 @@ def restore_signal_handlers():
 # --- running a script and reading its run --------------------------------------------------------
 
 
-def run_script(folder: Path, script: str, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_script(folder: Path, script: str, *flags: str, timeout: float = HANG_TIMEOUT) -> subprocess.CompletedProcess:
     """`python SCRIPT FLAGS...` run to its end in folder (a test's tmp folder, where it writes runs/),
     with its stdout and stderr captured as text. script is a file of the repository's root."""
     return subprocess.run(
@@ -51,16 +55,50 @@ def run_script(folder: Path, script: str, *flags: str, timeout: float = 300) -> 
     )
 
 
-def wait_for_checkpoint(proc: subprocess.Popen, folder: Path, timeout: float = 120) -> Path:
-    """Wait until the run proc started in folder has written its first checkpoint; fail if it ends first."""
-    deadline = time.time() + timeout
-    while not (found := list(Path(folder).glob("runs/*/checkpoint.pt"))):
-        if proc.poll() is not None:
+def wait_until(condition, what: str, proc: subprocess.Popen | None = None):
+    """Poll condition() until it returns something true, and return that; fail if proc (when given) ends without
+    it, or at HANG_TIMEOUT (a hang: it says nothing about speed)."""
+    deadline = time.monotonic() + HANG_TIMEOUT
+    while not (found := condition()):
+        if proc is not None and proc.poll() is not None and not (found := condition()):
             stderr = proc.stderr.read()[-3000:] if proc.stderr else ""
-            pytest.fail(f"the run ended with {proc.returncode} before its first checkpoint: {stderr}")
-        assert time.time() < deadline, "no checkpoint in time"
-        time.sleep(0.1)
-    return found[0]
+            pytest.fail(f"the process ended with {proc.returncode} before {what}: {stderr}")
+        assert time.monotonic() < deadline, f"hung: no {what} in {HANG_TIMEOUT} s"
+        time.sleep(0.05)
+    return found
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, folder: Path) -> Path:
+    """Wait until the run proc started in folder has written its first checkpoint; fail if it ends first."""
+    return wait_until(lambda: list(Path(folder).glob("runs/*/checkpoint.pt")), "its first checkpoint", proc)[0]
+
+
+class Lines:
+    """The lines a process writes to a pipe of its (Popen's stderr=PIPE, text=True), read as they come by a
+    thread of its own: a test can wait for one line, and still read them all in the end."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.ended = threading.Event()  # every process that could write to the pipe has closed it
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line)
+        self.ended.set()
+
+    def wait_for(self, text: str) -> str:
+        """The first line that holds text, once written; fail if the pipe closes without it."""
+        first = lambda: next((line for line in self.lines if text in line), None)
+        wait_until(lambda: first() or self.ended.is_set(), repr(text))
+        if (line := first()) is None:
+            pytest.fail(f"the pipe closed without {text!r}: {''.join(self.lines)[-3000:]}")
+        return line
+
+    def all(self) -> str:
+        """All of them, once the pipe has closed."""
+        wait_until(self.ended.is_set, "end of the pipe")
+        return "".join(self.lines)
 
 
 def only_run(folder: Path) -> Path:

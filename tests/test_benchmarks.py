@@ -13,11 +13,12 @@ import plot_curves
 import pytest
 import speed
 import tables
+from conftest import HANG_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_tool(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+def run_tool(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = HANG_TIMEOUT):
     """python benchmarks/{args}, as a user runs it (its own folder on sys.path, nothing of pytest's)."""
     return subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:]],
@@ -66,8 +67,8 @@ def fake_run(
 
 def test_named_grids_are_the_protocols_seed_major():
     table1, details = grid.grid_runs("table1"), grid.grid_runs("details")
-    assert len(table1) == 6 * 3 * 2 and len(details) == 4 * 3 * 2
-    assert len(grid.grid_runs("mujoco")) == 5 * 3 and len(grid.grid_runs("atari")) == 3
+    assert len(table1) == 6 * 3 * 3 and len(details) == 6 * 3 * 3  # 3 seeds: an interval needs them
+    assert len(grid.grid_runs("mujoco")) == 5 * 3 and len(grid.grid_runs("atari")) == 3 * 3
     assert {r.steps for r in table1 + details} == {300_000}
     assert [r.seed for r in table1] == sorted(r.seed for r in table1)  # a cut grid has every setting on seed 1
     flags = {r.variant: r.flags for r in table1}
@@ -84,6 +85,8 @@ def test_named_grids_are_the_protocols_seed_major():
         "clip-vloss": ("--clip-vloss",),
         "no-bootstrap-truncation": ("--no-bootstrap-truncation",),
         "gymnasium-reward-norm": (),
+        "no-norm-adv": ("--no-norm-adv",),
+        "no-grad-clip": ("--max-grad-norm", "inf"),
     }
     assert {r.steps for r in grid.grid_runs("mujoco") + grid.grid_runs("atari")} == {1_000_000}
     assert {r.flags for r in grid.grid_runs("mujoco") + grid.grid_runs("atari")} == {()}  # the defaults
@@ -160,7 +163,10 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--clip-coef", "0.1", "--env-id", "Hopper-v4"], "x")
     cut_folder = fake_run(runs_dir, "Hopper-v4", "table1-b", 1, [1.0], done=False)
     fake_run(runs_dir, "Hopper-v4", "table1-c", 1, [1.0])
-    failed = grid.run([missing, cut, done, failing, unfinished, ad_hoc], str(runs_dir), parallel=2)
+    records = tmp_path / "records"
+    failed = grid.run(
+        [missing, cut, done, failing, unfinished, ad_hoc], str(runs_dir), parallel=2, records_dir=str(records)
+    )
     out = capsys.readouterr().out
     assert failed == 2 and "1 of 6 done; 5 to go, 2 at a time, OMP_NUM_THREADS=2 each" in out
     assert "FAILED Hopper-v4 table1-fail seed 1 (exit 3)" in out
@@ -176,13 +182,15 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     assert missing.state(str(runs_dir))[0] == cut.state(str(runs_dir))[0] == ad_hoc.state(str(runs_dir))[0] == "done"
     assert len(list((runs_dir.parent / "logs").glob("*.log"))) == 5 and not list(runs_dir.glob("*.log"))
     assert "trained" in (runs_dir.parent / "logs" / "Hopper-v4__table1-a__1.log").read_text()
+    # each run of a named grid that finished here left its record (the one done before, and the ad-hoc one, none)
+    assert sorted(p.name for p in records.iterdir()) == ["Hopper-v4__table1-a__1.json", "Hopper-v4__table1-b__1.json"]
 
 
 def test_grid_status_lists_every_first_seed_before_any_second(tmp_path):
-    out = run_tool("grid.py", "status", "table1", "details", "--dir", str(tmp_path), timeout=60)
+    out = run_tool("grid.py", "status", "table1", "details", "--dir", str(tmp_path), "--records", str(tmp_path))
     assert out.returncode == 0, out.stderr
     seeds = [line.split()[-1] for line in out.stdout.splitlines()]
-    assert seeds == ["1"] * 30 + ["2"] * 30
+    assert seeds == ["1"] * 36 + ["2"] * 36 + ["3"] * 36
     assert {line.split()[0] for line in out.stdout.splitlines()} == {"missing"}
 
 
@@ -236,7 +244,7 @@ def run_variant(tmp_path: Path, variant: str) -> dict:
     run = grid.Run("details", variant, "Pendulum-v1", 1, 2048, flags)
     tmp_path.mkdir()
     proc = subprocess.run(
-        run.command(str(tmp_path / "runs")), cwd=tmp_path, capture_output=True, text=True, timeout=300
+        run.command(str(tmp_path / "runs")), cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return torch.load(run.state(str(tmp_path / "runs"))[1] + "/checkpoint.pt", weights_only=False)
@@ -273,10 +281,18 @@ def test_tables_score_runs_as_the_ppo_paper_does(tmp_path):
     fake_run(runs, "HalfCheetah-v4", "mujoco-default", 1, [2000.0] * 10, evaluation=2500.0)
     fake_run(runs, "PongNoFrameskip-v4", "atari-default", 1, [20.0] * 10, evaluation=21.0)
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tables.py"), "--dir", str(tmp_path), "--per-seed"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "tables.py"),
+            "--dir",
+            str(tmp_path),
+            "--records",
+            str(tmp_path),
+            "--per-seed",
+        ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT,
     )
     assert out.returncode == 0, out.stderr
     rows = {
@@ -284,16 +300,17 @@ def test_tables_score_runs_as_the_ppo_paper_does(tmp_path):
         for line in out.stdout.splitlines()
         if line.startswith("|")
     }
-    assert rows["clipping, eps = 0.2 (default)"] == ["300 +- 100 (2)"] * 3 + ["1.00", "6", "0.82"]  # paper's beside
+    assert rows["clipping, eps = 0.2 (default)"][:6] == ["300 +- 100 (2)"] * 3 + ["1.00", "6", "0.82"]  # paper's beside
     none = [(150 / 400 + 250 / 400) / 2, (250 / 500 + 350 / 500) / 2, (50 / 300 + 150 / 300) / 2]  # per env
-    assert rows["no clipping or penalty"] == ["100 +- 50 (2)"] * 3 + [f"{sum(none) / 3:.2f}", "6", "-0.39"]
+    assert rows["no clipping or penalty"][:6] == ["100 +- 50 (2)"] * 3 + [f"{sum(none) / 3:.2f}", "6", "-0.39"]
+    assert rows["no clipping or penalty"][8] == "worse"  # each of its runs below each of the defaults' on its env
     assert "clipping, eps = 0.1" not in rows
     # the details table: best per env over the defaults and the variants (600 on Hopper, the defaults' 300 elsewhere)
     defaults = (300 / 400 + 500 / 400 + 400 / 800 + 600 / 800 + 200 / 300 + 400 / 300) / 6
     assert rows["the defaults"][3] == f"{defaults:.2f}"
     assert rows["value clipping on (`--clip-vloss`, CleanRL's)"][:5] == ["-", "600 (1)", "150 (1)", "0.75", "2"]
-    assert rows["Ant-v4"] == ["2", "2000 +- 1000", "2100 +- 1000", "-", "-"]
-    assert rows["HalfCheetah-v4"] == ["1", "2000", "2500", "1442 +- 46", "~1800"]
+    assert rows["Ant-v4"] == ["2", "2000 +- 1000", "2100 +- 1000", "-", "-", "-"]
+    assert rows["HalfCheetah-v4"] == ["1", "2000", "2500", "1442 +- 46", "2894 +- 1063", "~1800"]  # CleanRL run here
     assert rows["PongNoFrameskip-v4"] == ["1", "20.0", "21.0", "-20.7", "20.7 (10M)"]
     assert "| table1 | none | Hopper-v4 | 1 | 60.0 | 50.0 | - | 150000 |" in out.stdout
     assert "| table1 | clip-0.2 | Hopper-v4 | 1 | 200.0 | 200.0 | 201.0 | 150000 |" in out.stdout
@@ -310,7 +327,10 @@ def test_random_policy_returns_are_measured_once_and_cached(tmp_path):
 
 def test_tables_refuse_a_folder_without_runs(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tables.py"), "--dir", str(tmp_path)], capture_output=True, text=True
+        [sys.executable, str(ROOT / "benchmarks" / "tables.py"), "--dir", str(tmp_path), "--records", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
     )
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "grid.py" in out.stderr
 
@@ -327,7 +347,7 @@ def test_plot_curves_draws_labelled_groups_in_a_panel_per_env(tmp_path):
         + ["--group", f"second={runs}/*__b__*", "--out", str(out_png)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT,
     )
     assert out.returncode == 0, out.stderr
     assert "Hopper-v4 first: final mean 15.0 (min 10.0, max 20.0)" in out.stdout
@@ -340,13 +360,14 @@ def test_plot_curves_draws_labelled_groups_in_a_panel_per_env(tmp_path):
         + ["--finished", "--out", str(out_png)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT,
     )
     assert "Ant-v4" not in finished.stdout and "2 panel(s), 1 group(s)" in finished.stdout
     bad = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "plot_curves.py"), "--group", f"x={runs}/nothing*"],
         capture_output=True,
         text=True,
+        timeout=HANG_TIMEOUT,
     )
     assert bad.returncode == 1 and "no run folders for group 'x'" in bad.stderr
 
@@ -392,7 +413,9 @@ def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, mo
 
 def speed_worktrees() -> set[str]:
     """The git worktrees speed.py made (others may come and go meanwhile: same_numbers.py's, a colleague's)."""
-    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT
+    )
     return {line for line in listed.stdout.splitlines() if line.startswith("worktree ") and "speed-worktree-" in line}
 
 
@@ -419,7 +442,9 @@ def test_speed_against_a_commit_prints_both_checkouts_sps_their_ratio_and_where_
 def test_speed_interleaves_the_checkouts_at_each_process_count_and_reports_median_spread_ratio_speedup(
     monkeypatch, capsys
 ):
-    head = subprocess.run(["git", "show", "HEAD:ppo_continuous.py"], cwd=ROOT, capture_output=True, text=True).stdout
+    head = subprocess.run(
+        ["git", "show", "HEAD:ppo_continuous.py"], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT
+    ).stdout
     calls = []
 
     def fake_run_sps(script, processes, steps, flags, threads):

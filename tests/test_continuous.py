@@ -324,7 +324,7 @@ def test_the_kl_and_unclipped_objectives_with_value_clipping_run_to_completion(t
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, message):
-    proc = run_script(tmp_path, "ppo_continuous.py", *flags, timeout=120)
+    proc = run_script(tmp_path, "ppo_continuous.py", *flags)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
@@ -333,7 +333,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, messag
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
 def test_track_without_wandb_is_one_line_exit_2_and_writes_nothing(tmp_path):
-    proc = run_script(tmp_path, "ppo_continuous.py", "--env-id", "Pendulum-v1", "--track", timeout=120)
+    proc = run_script(tmp_path, "ppo_continuous.py", "--env-id", "Pendulum-v1", "--track")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --track needs Weights & Biases: pip install wandb"]
     assert not (tmp_path / "runs").exists()

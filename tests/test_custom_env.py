@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run, run_script, scalars
+from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars
 
 import ppo_continuous as C
 
@@ -141,7 +141,9 @@ def test_a_module_env_trains_with_its_kwargs_resumes_and_evaluates_with_them(fol
     elsewhere.mkdir()
     env = os.environ | {"PYTHONPATH": str(folder)}
     cmd = [sys.executable, str(ROOT / "ppo_continuous.py"), "--eval-checkpoint", str(run_dir / C.CHECKPOINT)]
-    evaluated = subprocess.run(cmd + ["--eval-episodes", "3"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    evaluated = subprocess.run(
+        cmd + ["--eval-episodes", "3"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 3
 
@@ -172,6 +174,7 @@ def test_async_env_workers_find_the_module_under_every_start_method(folder, star
         cwd=folder,
         capture_output=True,
         text=True,
+        timeout=HANG_TIMEOUT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run(folder)
@@ -185,7 +188,12 @@ def test_a_module_env_trains_under_torchrun(folder):
     flags = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        cmd + [str(ROOT / "ppo_continuous.py"), *flags], cwd=folder, env=env, capture_output=True, text=True
+        cmd + [str(ROOT / "ppo_continuous.py"), *flags],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run(folder)
@@ -286,6 +294,7 @@ def test_the_documented_point_mass_learns_to_reach_its_target(tmp_path):
         env=env,
         capture_output=True,
         text=True,
+        timeout=HANG_TIMEOUT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import ROOT, only_run, run_script, scalars, wait_for_checkpoint
+from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars, wait_for_checkpoint
 from distributed_worker import fixed_batch
 
 import ppo_continuous as C
@@ -23,10 +23,10 @@ WORKER = str(ROOT / "tests" / "distributed_worker.py")
 PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
 
 
-def torchrun(nproc: int, *command: str, cwd: Path, timeout: int = 180, **popen) -> subprocess.CompletedProcess:
+def torchrun(nproc: int, *command: str, cwd: Path, **popen) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *command]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=HANG_TIMEOUT, env=env, **popen)
 
 
 def test_an_update_split_across_two_ranks_is_the_update_on_the_whole_batch(tmp_path):
@@ -46,7 +46,7 @@ def test_an_update_split_across_two_ranks_is_the_update_on_the_whole_batch(tmp_p
 
 def test_the_target_kl_stop_is_decided_on_every_rank_s_samples_together(tmp_path):
     # rank 0's own samples are past the limit, the mean over both ranks' is not: every rank must go on
-    proc = torchrun(2, WORKER, "target_kl", str(tmp_path), cwd=tmp_path, timeout=120)
+    proc = torchrun(2, WORKER, "target_kl", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"kl{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["epochs_done"] == ranks[1]["epochs_done"] >= 1
@@ -55,7 +55,7 @@ def test_the_target_kl_stop_is_decided_on_every_rank_s_samples_together(tmp_path
 
 
 def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
-    proc = torchrun(2, WORKER, "collectives", str(tmp_path), cwd=tmp_path, timeout=120)
+    proc = torchrun(2, WORKER, "collectives", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     every = torch.cat([10.0 * r + torch.arange(3 + 4 * r, dtype=torch.float64) for r in (0, 1)])  # 3 + 7 samples
     for r in (0, 1):
@@ -116,7 +116,7 @@ def test_the_closing_evaluation_under_torchrun_is_the_one_plain_python_gives_the
 
 
 def test_bad_input_under_torchrun_is_reported_once_and_writes_nothing(tmp_path):
-    proc = torchrun(2, str(ROOT / "ppo_continuous.py"), "--num-minibatches", "3", cwd=tmp_path, timeout=120)
+    proc = torchrun(2, str(ROOT / "ppo_continuous.py"), "--num-minibatches", "3", cwd=tmp_path)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "does not divide" in errors[0]
@@ -138,7 +138,7 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
     )
     wait_for_checkpoint(launcher, tmp_path)
     os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: every process gets it
-    _, err = launcher.communicate(timeout=120)
+    _, err = launcher.communicate(timeout=HANG_TIMEOUT)
     assert err.count("exitcode  : 130") == 2 or "resume with: torchrun" in err, err[-3000:]
     assert "resume with: torchrun" in err
     checkpoint = only_run(tmp_path) / C.CHECKPOINT
@@ -201,10 +201,12 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_iteration_saved_and_wh
         env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )
     wait_for_checkpoint(launcher, tmp_path)
-    workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    workers = subprocess.run(
+        ["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True, timeout=HANG_TIMEOUT
+    ).stdout.split()
     assert len(workers) == 2
     os.kill(max(int(pid) for pid in workers), signal.SIGTERM)  # the later one started: rank 1
-    _, err = launcher.communicate(timeout=120)
+    _, err = launcher.communicate(timeout=HANG_TIMEOUT)
     # whichever exit torchrun sees first, it signals the other worker, which is stopping already: it ignores
     # that signal and finishes, so every exit torchrun reports is the stop's own 143, none cut short (-15)
     exit_codes = re.findall(r"exitcode\s*:\s*(-?\d+)", err)

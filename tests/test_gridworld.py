@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, only_run, run_script, spy
+from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, spy
 
 import ppo_gridworld as G
 
@@ -204,7 +204,7 @@ def test_the_ablation_shows_clip_runs_near_optimal_and_unclipped_runs_collapsing
 
 
 def test_the_script_writes_a_graded_summary_and_tensorboard_events(tmp_path):
-    proc = run_script(tmp_path, "ppo_gridworld.py", "--num-iterations", "3", timeout=120)
+    proc = run_script(tmp_path, "ppo_gridworld.py", "--num-iterations", "3")
     assert proc.returncode == 0, proc.stderr
     run = only_run(tmp_path)
     summary = json.loads((run / "summary.json").read_text())
@@ -213,7 +213,7 @@ def test_the_script_writes_a_graded_summary_and_tensorboard_events(tmp_path):
 
 
 def test_the_surrogate_study_agrees_to_first_order_near_pi_obeys_the_trpo_bound_and_is_saved(tmp_path):
-    proc = run_script(tmp_path, "ppo_gridworld.py", "--surrogate-study", timeout=120)
+    proc = run_script(tmp_path, "ppo_gridworld.py", "--surrogate-study")
     assert proc.returncode == 0, proc.stderr
     run = only_run(tmp_path)
     study = json.loads((run / "surrogate_study.json").read_text())
@@ -237,7 +237,7 @@ def test_the_algorithm_imports_and_trains_with_numpy_alone(tmp_path):
         "import ppo_gridworld as G\n"
         "print(G.train(G.Args(num_iterations=2), verbose=False)[1]['global_step'])"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(2 * 16 * 32)
 
@@ -246,7 +246,7 @@ def test_the_algorithm_imports_and_trains_with_numpy_alone(tmp_path):
     "flags", [["--num-minibatches", "3"], ["--num-envs", "0"], ["--gamma", "1.5"], ["--ablation", "--surrogate-study"]]
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags):
-    proc = run_script(tmp_path, "ppo_gridworld.py", *flags, timeout=120)
+    proc = run_script(tmp_path, "ppo_gridworld.py", *flags)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()

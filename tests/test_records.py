@@ -1,0 +1,109 @@
+"""Results that outlive the machine: each finished run of a named grid leaves a compact record that
+benchmarks/tables.py reads as it reads the run folder; and the intervals tables.py prints (the IQM with its
+stratified-bootstrap interval, the probability of improvement) call a setting better or worse only where the
+interval says so. Small synthetic runs and records only: never the real ones."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grid
+import numpy as np
+import pytest
+import tables
+from conftest import HANG_TIMEOUT, ROOT
+from scipy import stats
+
+
+def fake_run(runs_dir: Path, env_id: str, exp_name: str, seed: int, returns: list[float]) -> Path:
+    """A finished run folder as the scripts write it: returns in TensorBoard, summary.json, eval.json."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = runs_dir / f"{env_id}__{exp_name}__{seed}__1700000000"
+    writer = SummaryWriter(str(folder))
+    for i, value in enumerate(returns):
+        writer.add_scalar("charts/episodic_return", value, (i + 1) * 1000)
+    writer.close()
+    summary = {"global_step": len(returns) * 1000, "mean_return_last_10": float(np.mean(returns[-10:]))}
+    (folder / "summary.json").write_text(json.dumps(summary | {"eval_mean_return": returns[-1] + 1, "sps": 100.0}))
+    (folder / "eval.json").write_text(json.dumps({"returns": [returns[-1] + 1] * 2}))
+    return folder
+
+
+def tool(script: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+
+
+def test_records_of_finished_runs_give_tables_the_same_figures_once_the_run_folders_are_gone(tmp_path):
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text(json.dumps({"HalfCheetah-v4": -100.0, "Hopper-v4": 0.0, "Walker2d-v4": 0.0}))
+    for i, env_id in enumerate(grid.SMALL_ENVS):
+        for seed in (1, 2, 3):
+            fake_run(runs, env_id, "table1-clip-0.2", seed, [100.0 * i + seed + k for k in range(150)])
+            fake_run(runs, env_id, "table1-clip-0.3", seed, [200.0 * i + 3 * seed + k for k in range(150)])
+    recorded = tool("grid.py", "record", "table1", "--dir", str(tmp_path), "--records", str(records))
+    assert recorded.returncode == 0, recorded.stderr
+    assert len(list(records.glob("*__table1-*.json"))) == 18
+    record = json.loads((records / "Hopper-v4__table1-clip-0.3__2.json").read_text())
+    assert record["steps"] == 150_000 and record["eval_returns"] == [356.0, 356.0] and record["sps"] == 100.0
+    assert record["last_100"] == pytest.approx(np.mean([206.0 + k for k in range(50, 150)]))
+    assert len(record["curve"]) == grid.CURVE_POINTS and record["curve"][0] == [1500, 206.5]  # mean step, mean return
+    assert len((records / "Hopper-v4__table1-clip-0.3__2.json").read_bytes()) < 8000  # a few KB
+
+    flags = ["--dir", str(tmp_path), "--records", str(records), "--per-seed"]
+    from_folders = tool("tables.py", *flags)
+    assert from_folders.returncode == 0, from_folders.stderr
+    shutil.rmtree(runs)  # a new machine: the records alone
+    from_records = tool("tables.py", *flags)
+    assert from_records.returncode == 0, from_records.stderr
+    assert from_records.stdout == from_folders.stdout
+    assert "| table1 | clip-0.3 | Hopper-v4 | 2 | " in from_records.stdout
+
+    status = tool("grid.py", "status", "table1", "--dir", str(tmp_path), "--records", str(records))
+    states = [line.split()[0] for line in status.stdout.splitlines()]
+    assert states.count("recorded") == 18 and states.count("missing") == len(states) - 18
+
+
+def test_a_recorded_run_is_not_run_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid.subprocess, "Popen", lambda *a, **k: pytest.fail("a recorded run was started"))
+    run = grid.Run("table1", "clip-0.2", "Hopper-v4", 3, 300_000, ())
+    Path(grid.record_path(run, str(tmp_path))).write_text(json.dumps({"last_100": 1.0}))
+    assert grid.run([run], str(tmp_path / "runs"), parallel=1, records_dir=str(tmp_path)) == 0
+
+
+def test_the_iqm_and_its_interval_are_rliables_and_verdicts_need_the_interval_to_exclude_one_half():
+    rng = np.random.default_rng(0)
+    defaults = rng.normal(1.0, 0.05, size=(5, 3))  # (seeds, envs)
+    matrices = {
+        "defaults": defaults,
+        "higher": defaults + 1.0,  # every run above every run of the defaults on its env
+        "lower": defaults - 1.0,
+        "same": rng.normal(1.0, 0.05, size=(5, 3)),  # drawn from the defaults' distribution
+    }
+    result = tables.intervals(matrices, "defaults")
+    for name, m in matrices.items():
+        assert result[name]["iqm"] == pytest.approx(stats.trim_mean(m.ravel(), 0.25))  # the interquartile mean
+        low, high = result[name]["iqm_ci"]
+        assert low <= result[name]["iqm"] <= high and high - low > 0
+        assert result[name]["runs"] == 15 and result[name]["seeds"] == 5
+    assert "p_improve" not in result["defaults"] and tables.verdict(result["defaults"]) == "-"
+    assert result["higher"]["p_improve"] == 1.0 and tables.verdict(result["higher"]) == "better"
+    assert result["lower"]["p_improve"] == 0.0 and tables.verdict(result["lower"]) == "worse"
+    low, high = result["same"]["p_improve_ci"]
+    assert low < 0.5 < high and tables.verdict(result["same"]) == "not separated"
+    assert tables.intervals(matrices, "defaults") == result  # seeded: the same intervals on every run
+
+
+def test_scores_are_normalized_per_env_over_the_seeds_that_ran_on_every_env():
+    runs = {
+        "Hopper-v4": [{"seed": 1, "last_100": 110.0}, {"seed": 2, "last_100": 210.0}, {"seed": 3, "last_100": 0.0}],
+        "Walker2d-v4": [{"seed": 1, "last_100": 30.0}, {"seed": 2, "last_100": 50.0}],  # seed 3 not run yet
+    }
+    matrix = tables.score_matrix(
+        runs, {"Hopper-v4": 10.0, "Walker2d-v4": 10.0}, {"Hopper-v4": 210.0, "Walker2d-v4": 50.0}
+    )
+    np.testing.assert_allclose(matrix, [[0.5, 0.5], [1.0, 1.0]])  # (seeds 1-2, envs): 0 random, 1 the reference

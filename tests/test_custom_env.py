@@ -263,7 +263,10 @@ def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
 )
 def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, kwargs, words):
     (folder / "broken.py").write_text("import probe\n1 / 0\n")
-    proc = run_script(folder, "ppo_continuous.py", "--env-id", env_id, "--env-kwargs", kwargs, *SMALL)
+    # a run the check let through ends in seconds (and fails the test), not after the default budget
+    proc = run_script(
+        folder, "ppo_continuous.py", "--env-id", env_id, "--env-kwargs", kwargs, *SMALL, "--total-timesteps", "64"
+    )
     assert_refused(proc, folder, *words)
 
 
@@ -277,7 +280,19 @@ def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, k
     ],
 )
 def test_bad_atari_modules_and_kwargs_are_refused_with_one_line(folder, env_id, kwargs, words):
-    proc = run_script(folder, "ppo_atari.py", "--env-id", env_id, "--env-kwargs", kwargs)
+    tiny = [
+        "--num-envs",
+        "1",
+        "--num-steps",
+        "32",
+        "--num-minibatches",
+        "1",
+        "--total-timesteps",
+        "32",
+        "--eval-episodes",
+        "0",
+    ]
+    proc = run_script(folder, "ppo_atari.py", "--env-id", env_id, "--env-kwargs", kwargs, *tiny)
     assert_refused(proc, folder, *words)
 
 

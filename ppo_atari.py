@@ -360,8 +360,7 @@ def policy_loss(
 
 
 def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
-    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within clip_coef of the value
-    at collection time (a pessimistic bound, as for the policy)."""
+    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within clip_coef of its old value."""
     unclipped = (new_values - returns).square()
     if clip_coef is None:
         return 0.5 * unclipped.mean()
@@ -1087,7 +1086,7 @@ def check_env(args: Args) -> str | None:
         return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
     try:  # as training makes it
         env = make_env(args.env_id, 0, False, "", env_kwargs)()
-        env.reset(seed=args.seed)
+        env.reset()  # unseeded: the run's seeds are for its own episodes
         env.step(env.action_space.sample())
         env.close()
     except Exception as e:

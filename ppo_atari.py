@@ -360,7 +360,7 @@ def policy_loss(
 
 
 def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None) -> Tensor:
-    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within clip_coef of its old value."""
+    """0.5 * E[(V - R)^2]; with clip_coef, the larger of that and the error of V kept within clip_coef of V_old."""
     unclipped = (new_values - returns).square()
     if clip_coef is None:
         return 0.5 * unclipped.mean()

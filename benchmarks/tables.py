@@ -250,7 +250,9 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
     }
     if baseline in usable:
         pairs = {
-            k: (m, usable[baseline]) for k, m in usable.items() if k != baseline and m.shape == usable[baseline].shape
+            k: (m, usable[baseline])
+            for k, m in usable.items()
+            if k != baseline and m.shape[1] == usable[baseline].shape[1]
         }
         if pairs:
             np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002

@@ -96,6 +96,8 @@ def test_the_iqm_and_its_interval_are_rliables_and_verdicts_need_the_interval_to
     low, high = result["same"]["p_improve_ci"]
     assert low < 0.5 < high and tables.verdict(result["same"]) == "not separated"
     assert tables.intervals(matrices, "defaults") == result  # seeded: the same intervals on every run
+    fewer = tables.intervals({"defaults": defaults, "higher, 2 seeds": defaults[:2] + 1.0}, "defaults")
+    assert fewer["higher, 2 seeds"]["p_improve"] == 1.0  # runs of every env compared, whatever their number
 
 
 def test_scores_are_normalized_per_env_over_the_seeds_that_ran_on_every_env():

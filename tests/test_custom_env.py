@@ -159,6 +159,17 @@ def test_eval_checkpoint_of_a_module_env_whose_module_is_gone_is_refused_with_on
     assert not (checkpoint.parent / "eval.json").exists()
 
 
+PROBE_RUN = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
+
+
+def assert_probe_run_finished(proc: subprocess.CompletedProcess, folder) -> None:
+    """A PROBE_RUN ended well, its training and its evaluation made with the kwargs (every return 17.5)."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run(folder)
+    assert episode_returns(run_dir) == {17.5}
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 2
+
+
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_async_env_workers_find_the_module_under_every_start_method(folder, start_method):
     """Each env worker makes the env by its module:EnvId: a spawned or forkserver worker imports the module itself."""
@@ -168,38 +179,17 @@ def test_async_env_workers_find_the_module_under_every_start_method(folder, star
         "sys.argv = ['ppo_continuous.py'] + sys.argv[1:]; "
         f"runpy.run_path({str(ROOT / 'ppo_continuous.py')!r}, run_name='__main__')"
     )
-    flags = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
-    proc = subprocess.run(
-        [sys.executable, "-c", run, *flags, "--num-envs", "2", "--async-envs"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = only_run(folder)
-    assert (
-        episode_returns(run_dir) == {17.5} and json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 2
-    )
+    cmd = [sys.executable, "-c", run, *PROBE_RUN, "--num-envs", "2", "--async-envs"]
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert_probe_run_finished(proc, folder)
 
 
 def test_a_module_env_trains_under_torchrun(folder):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    flags = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        cmd + [str(ROOT / "ppo_continuous.py"), *flags],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = only_run(folder)
-    assert (
-        episode_returns(run_dir) == {17.5} and json.loads((run_dir / "eval.json").read_text())["returns"] == [17.5] * 2
-    )
+    cmd += [str(ROOT / "ppo_continuous.py"), *PROBE_RUN]
+    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert_probe_run_finished(proc, folder)
 
 
 @pytest.mark.parametrize(

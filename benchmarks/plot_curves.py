@@ -1,14 +1,19 @@
 """Plot learning curves (charts/episodic_return) from TensorBoard runs to a PNG: for each labelled group
 of runs, the mean over its runs and their spread (min to max) on a common grid of environment steps.
 Runs of different environments (the run folder's name starts with the env id) go to separate panels.
+A run is a run folder or a grid.py record (benchmarks/records/*.json: its curve is the mean return of
+its episodes in 100 slices, so it is drawn as it is, without the running mean; a record without a curve,
+one transcribed from a table, is left out with a note).
 
     python benchmarks/plot_curves.py runs/HalfCheetah-v4__ppo_continuous__* --out docs/halfcheetah.png
     python benchmarks/plot_curves.py --group "clip 0.2=evidence/runs/*__table1-clip-0.2__*" \\
         --group "no clipping=evidence/runs/*__table1-none__*" --out table1.png      # a panel per env
+    python benchmarks/plot_curves.py --group "defaults=benchmarks/records/*__atari-default__*.json" --out atari.png
 """
 
 import argparse
 import glob
+import json
 import math
 import os
 import sys
@@ -24,10 +29,26 @@ GRID_POINTS = 100  # points on the common step grid
 SMOOTH_EPISODES = 10  # episodes in the running mean of each run's curve
 PANEL_COLUMNS = 3  # panels per row when there are several environments
 PANEL_SIZE = (5.0, 3.6)  # inches per panel
+RETURN_TAG = "charts/episodic_return"  # the one curve a record keeps
+
+
+def is_record(path: str) -> bool:
+    return path.endswith(".json") and os.path.isfile(path)
+
+
+def record_curve(path: str) -> list | None:
+    with open(path) as f:
+        return json.load(f).get("curve")
 
 
 def load_curve(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, running mean of the last SMOOTH_EPISODES values) of one run's scalar."""
+    """(steps, running mean of the last SMOOTH_EPISODES values) of one run's scalar; a record's curve as it is."""
+    if is_record(run_dir):
+        curve = record_curve(run_dir)
+        if tag != RETURN_TAG or not curve:
+            sys.exit(f"error: the record {run_dir} has no {tag!r} curve (records keep the episodic return only)")
+        steps, values = np.array(curve, dtype=float).T
+        return steps, values
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     acc.Reload()
     events = acc.Scalars(tag) if tag in acc.Tags()["scalars"] else []
@@ -40,7 +61,7 @@ def load_curve(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def env_of(run_dir: str) -> str:
-    """The env id that starts a run folder's name ({env}__{exp}__{seed}__{time})."""
+    """The env id that starts the name of a run folder ({env}__{exp}__{seed}__{time}) or a record."""
     return os.path.basename(os.path.normpath(run_dir)).split("__")[0]
 
 
@@ -54,19 +75,26 @@ def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nda
 
 
 def parse_groups(positional: list[str], specs: list[str], finished: bool) -> dict[str, list[str]]:
-    """{label: run folders}: the positional runs as one unlabelled group, each --group LABEL=GLOB as one;
-    with finished, only the runs that wrote summary.json."""
+    """{label: run folders and records}: the positional runs as one unlabelled group, each --group LABEL=GLOB
+    as one; with finished, only the runs that wrote summary.json (a record is a finished run)."""
     groups = {"": positional} if positional else {}
     for spec in specs:
         label, sep, pattern = spec.partition("=")
         if not sep or not label:
             sys.exit(f"error: --group needs LABEL=GLOB, got {spec!r}")
-        groups[label] = sorted(path for path in glob.glob(pattern) if os.path.isdir(path))  # run folders only
+        groups[label] = sorted(path for path in glob.glob(pattern) if os.path.isdir(path) or is_record(path))
     if finished:
-        groups = {k: [r for r in runs if os.path.exists(os.path.join(r, "summary.json"))] for k, runs in groups.items()}
+        groups = {
+            k: [r for r in runs if is_record(r) or os.path.exists(os.path.join(r, "summary.json"))]
+            for k, runs in groups.items()
+        }
+    for runs in groups.values():
+        for r in [r for r in runs if is_record(r) and not record_curve(r)]:
+            print(f"left out {r}: a record without a curve", file=sys.stderr)
+            runs.remove(r)
     for label, runs in groups.items():
         if not runs:
-            sys.exit(f"error: no run folders for group {label!r}")
+            sys.exit(f"error: no runs for group {label!r} (run folders, or records with a curve)")
     if not groups:
         sys.exit("error: give run folders or at least one --group LABEL=GLOB")
     return groups
@@ -74,10 +102,10 @@ def parse_groups(positional: list[str], specs: list[str], finished: bool) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="*", help="run folders, one unlabelled group")
-    parser.add_argument("--group", action="append", default=[], help="LABEL=GLOB: a labelled group of runs")
+    parser.add_argument("runs", nargs="*", help="run folders or records, one unlabelled group")
+    parser.add_argument("--group", action="append", default=[], help="LABEL=GLOB: a labelled group of runs or records")
     parser.add_argument("--finished", action="store_true", help="leave out runs still going (no summary.json)")
-    parser.add_argument("--tag", default="charts/episodic_return")
+    parser.add_argument("--tag", default=RETURN_TAG)
     parser.add_argument("--out", default="curves.png")
     parser.add_argument("--title", default=None, help="the figure's title (default: the env id of each panel)")
     parser.add_argument("--hline", action="append", default=[], help="a reference level to draw, VALUE or VALUE:LABEL")

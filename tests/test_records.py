@@ -109,3 +109,29 @@ def test_scores_are_normalized_per_env_over_the_seeds_that_ran_on_every_env():
         runs, {"Hopper-v4": 10.0, "Walker2d-v4": 10.0}, {"Hopper-v4": 210.0, "Walker2d-v4": 50.0}
     )
     np.testing.assert_allclose(matrix, [[0.5, 0.5], [1.0, 1.0]])  # (seeds 1-2, envs): 0 random, 1 the reference
+
+
+def test_plot_curves_draws_records_as_it_draws_run_folders_and_leaves_out_records_without_a_curve(tmp_path):
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir()
+    for seed in (1, 2):
+        fake_run(runs, "Hopper-v4", "table1-clip-0.2", seed, [10.0 * seed] * 300)
+    assert tool("grid.py", "record", "table1", "--dir", str(tmp_path), "--records", str(records)).returncode == 0
+    transcribed = {"env_id": "Hopper-v4", "seed": 3, "last_10": 5.0, "curve": None}  # a table's figures, no curve
+    (records / "Hopper-v4__table1-clip-0.2__3.json").write_text(json.dumps(transcribed))
+    plot = ["plot_curves.py", "--group", f"from folders={runs}/*", "--group", f"from records={records}/*__table1-*.json"]
+    out = tool(*plot, "--finished", "--out", str(tmp_path / "curves.png"))
+    assert out.returncode == 0, out.stderr
+    assert "Hopper-v4 from folders: final mean 15.0 (min 10.0, max 20.0)" in out.stdout
+    assert "Hopper-v4 from records: final mean 15.0 (min 10.0, max 20.0)" in out.stdout  # 2 runs, not 3
+    assert out.stderr.count("left out") == 1 and "Hopper-v4__table1-clip-0.2__3.json" in out.stderr
+    steps, values = plot_curves_load(records / "Hopper-v4__table1-clip-0.2__2.json")
+    assert len(steps) == grid.CURVE_POINTS and steps[0] == 2000 and set(values) == {20.0}  # 3 episodes a slice
+    only_transcribed = tool("plot_curves.py", str(records / "Hopper-v4__table1-clip-0.2__3.json"))
+    assert only_transcribed.returncode == 1 and "no runs for group ''" in only_transcribed.stderr
+
+
+def plot_curves_load(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    import plot_curves
+
+    return plot_curves.load_curve(str(path), "charts/episodic_return")

@@ -1,7 +1,8 @@
 """Results that outlive the machine: each finished run of a named grid leaves a compact record that
 benchmarks/tables.py reads as it reads the run folder; and the intervals tables.py prints (the IQM with its
 stratified-bootstrap interval, the probability of improvement) call a setting better or worse only where the
-interval says so. Small synthetic runs and records only: never the real ones."""
+interval says so. Small synthetic runs and records only, never the real ones, but for one check that every
+committed record is well formed."""
 
 import json
 import shutil
@@ -119,7 +120,8 @@ def test_plot_curves_draws_records_as_it_draws_run_folders_and_leaves_out_record
     assert tool("grid.py", "record", "table1", "--dir", str(tmp_path), "--records", str(records)).returncode == 0
     transcribed = {"env_id": "Hopper-v4", "seed": 3, "last_10": 5.0, "curve": None}  # a table's figures, no curve
     (records / "Hopper-v4__table1-clip-0.2__3.json").write_text(json.dumps(transcribed))
-    plot = ["plot_curves.py", "--group", f"from folders={runs}/*", "--group", f"from records={records}/*__table1-*.json"]
+    from_records = f"from records={records}/*__table1-*.json"
+    plot = ["plot_curves.py", "--group", f"from folders={runs}/*", "--group", from_records]
     out = tool(*plot, "--finished", "--out", str(tmp_path / "curves.png"))
     assert out.returncode == 0, out.stderr
     assert "Hopper-v4 from folders: final mean 15.0 (min 10.0, max 20.0)" in out.stdout
@@ -135,3 +137,15 @@ def plot_curves_load(path: Path) -> tuple[np.ndarray, np.ndarray]:
     import plot_curves
 
     return plot_curves.load_curve(str(path), "charts/episodic_return")
+
+
+def test_every_committed_record_is_a_run_of_a_named_grid_under_its_own_label():
+    labels = {r.label for name in grid.GRIDS for r in grid.grid_runs(name)}
+    for path in sorted(Path(grid.RECORDS_DIR).glob("*.json")):
+        record = json.loads(path.read_text())  # a stray or truncated file fails here
+        if path.name == "random.json":
+            assert all(isinstance(v, float) for v in record.values())
+            continue
+        run = grid.Run(record["grid"], record["variant"], record["env_id"], record["seed"], None, ())
+        assert path.stem == run.label in labels, path.name
+        assert record["last_10"] is not None and record["last_100"] is not None and record["steps"] > 0, path.name

@@ -1062,14 +1062,12 @@ def check_args(args: Args) -> str | None:
 
 
 def check_env(args: Args) -> str | None:
-    """Say why --env-id with --env-kwargs cannot be trained on by this script, or None. The environment is made,
-    reset and stepped once as training makes it: a fault shows here, in one line, before anything is written."""
+    """Why --env-id with --env-kwargs cannot be trained on by this script (said before anything is written), or None."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
-    if os.getcwd() not in sys.path:  # module:EnvId finds a module in the current folder too, as `python -m` does
-        sys.path.append(os.getcwd())
+    sys.path.append(os.getcwd())  # module:EnvId finds a module in the current folder too, as `python -m` does
     module, _, env_name = args.env_id.rpartition(":")
     try:  # an Atari id, or not: asked of gymnasium's registry before anything is made
         if module:
@@ -1084,11 +1082,12 @@ def check_env(args: Args) -> str | None:
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
         return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
-    try:  # as training makes it
-        env = make_env(args.env_id, 0, False, "", env_kwargs)()
-        env.reset()  # unseeded: the run's seeds are for its own episodes
-        env.step(env.action_space.sample())
+    try:  # as training makes it, unseeded, without gymnasium's env checker (its warnings would precede our one line)
+        env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True})()
+        shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
         env.close()
+        if any(shape != env.observation_space.shape for shape in shapes):  # the size the agent is built for
+            raise ValueError(f"reset and step gave observations of shape {shapes}, not {env.observation_space.shape}")
     except Exception as e:
         return f"{args.env_id} failed when made, reset and stepped once ({why(e)})"
     return None

@@ -1085,14 +1085,12 @@ def check_args(args: Args) -> str | None:
 
 
 def check_env(args: Args) -> str | None:
-    """Say why --env-id with --env-kwargs cannot be trained on by this script, or None. The environment is made,
-    reset and stepped once as training makes it: a fault shows here, in one line, before anything is written."""
+    """Why --env-id with --env-kwargs cannot be trained on by this script (said before anything is written), or None."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
-    if os.getcwd() not in sys.path:  # module:EnvId finds a module in the current folder too, as `python -m` does
-        sys.path.append(os.getcwd())
+    sys.path.append(os.getcwd())  # module:EnvId finds a module in the current folder too, as `python -m` does
     try:  # gymnasium's module:EnvId imports the module, which registers EnvId, then makes EnvId
         env = gym.make(args.env_id, **env_kwargs)
         env.close()
@@ -1106,11 +1104,12 @@ def check_env(args: Args) -> str | None:
         flat = False
     if not flat:
         return f"{args.env_id}'s observation space {env.observation_space} cannot be flattened into a Box"
-    try:  # as training makes it
-        env = make_env(args.env_id, 0, False, "", env_kwargs)()
-        env.reset()  # unseeded: the run's seeds are for its own episodes
-        env.step(env.action_space.sample())
+    try:  # as training makes it, unseeded, without gymnasium's env checker (its warnings would precede our one line)
+        env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True})()
+        shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
         env.close()
+        if any(shape != env.observation_space.shape for shape in shapes):  # the size the agent is built for
+            raise ValueError(f"reset and step gave observations of shape {shapes}, not {env.observation_space.shape}")
     except Exception as e:
         return f"{args.env_id} failed when made, reset and stepped once ({why(e)})"
     return None

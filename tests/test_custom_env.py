@@ -63,13 +63,14 @@ PROBE = textwrap.dedent(
             if self.fail == "reset":
                 raise RuntimeError("reset broke")
             self.t = 0
-            return self.observation(), {}
+            return (np.zeros(3, np.float32) if self.fail == "reset-shape" else self.observation()), {}
 
         def step(self, action):
             if self.fail == "step":
                 raise ValueError("step broke")
             self.t += 1
-            return self.observation(), self.reward, self.t >= self.length, False, {}
+            obs = np.zeros(3, np.float32) if self.fail == "step-shape" else self.observation()
+            return obs, self.reward, self.t >= self.length, False, {}
 
         def render(self):
             return np.zeros((16, 16, 3), np.uint8)
@@ -243,6 +244,8 @@ def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
         ("probe:Nope-v0", "{}", ["cannot make probe:Nope-v0", "NameNotFound", "`Nope` doesn't exist"]),
         ("probe:Probe-v0", '{"fail": "reset"}', ["probe:Probe-v0 failed", "RuntimeError: reset broke"]),
         ("probe:Probe-v0", '{"fail": "step"}', ["probe:Probe-v0 failed", "ValueError: step broke"]),
+        ("probe:Probe-v0", '{"fail": "reset-shape"}', ["probe:Probe-v0 failed", "shape [(3,), (2,)], not (2,)"]),
+        ("probe:Probe-v0", '{"fail": "step-shape"}', ["probe:Probe-v0 failed", "shape [(2,), (3,)], not (2,)"]),
         ("probe:Probe-v0", '{"obs": "sequence"}', ["observation space Sequence", "cannot be flattened into a Box"]),
         (
             "CartPole-v1",

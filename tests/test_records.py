@@ -149,3 +149,110 @@ def test_every_committed_record_is_a_run_of_a_named_grid_under_its_own_label():
         run = grid.Run(record["grid"], record["variant"], record["env_id"], record["seed"], None, ())
         assert path.stem == run.label in labels, path.name
         assert record["last_10"] is not None and record["last_100"] is not None and record["steps"] > 0, path.name
+
+
+def write_record(records: Path, grid_name: str, env_id: str, seed: int, last_10: float, last_100: float) -> None:
+    """A record of the defaults' run, as grid.py writes one (the figures tables.py reads)."""
+    run = grid.Run(grid_name, "default", env_id, seed, None, ())
+    record = {"grid": grid_name, "variant": "default", "env_id": env_id, "seed": seed, "steps": 1000}
+    record |= {"last_10": last_10, "last_100": last_100, "eval": None, "curve": None}
+    Path(grid.record_path(run, str(records))).write_text(json.dumps(record))
+
+
+def test_results_tables_show_the_last_10_and_their_intervals_score_the_last_100_from_random_to_the_reference(
+    tmp_path,
+):
+    records = tmp_path / "records"
+    records.mkdir()
+    random = {"HalfCheetah-v4": -100.0, "Hopper-v4": 0.0, "Walker2d-v4": 0.0, "Humanoid-v4": 0.0}
+    (records / "random.json").write_text(json.dumps(random))
+    cheetah = np.array([1000.0, 1442.0, 2000.0])  # each seed's last 100 episodes; its last 10 are 10 times as much
+    for seed, last_100 in enumerate(cheetah, 1):
+        write_record(records, "mujoco", "HalfCheetah-v4", seed, 10 * last_100, last_100)
+    write_record(records, "atari", "PongNoFrameskip-v4", 1, 5.0, -5.0)
+    flags = ["--dir", str(tmp_path), "--records", str(records)]
+    out = tool("tables.py", *flags)
+    assert out.returncode == 0, out.stderr
+    last_10 = 10 * cheetah
+    assert f"| HalfCheetah-v4 | 3 | {last_10.mean():.0f} +- {last_10.std():.0f} | - | 1442 +- 46 |" in out.stdout
+    assert "| PongNoFrameskip-v4 | 1 | 5.0 | - | -20.7 | 20.7 (10M) |" in out.stdout
+    iqm = stats.trim_mean((cheetah + 100) / (1442 + 100), 0.25)  # 0 the random policy, 1 CleanRL's published mean
+    assert f"(0 random, 1 CleanRL's published return) {iqm:.2f}, 95% CI [" in out.stdout and "3 runs" in out.stdout
+    assert "Atari, the defaults: one seed per env, too few for an interval (1 runs)" in out.stdout
+    pong = np.array([-5.0, -10.0, 0.0])
+    for seed, last_100 in ((2, pong[1]), (3, pong[2])):
+        write_record(records, "atari", "PongNoFrameskip-v4", seed, 0.0, last_100)
+    out = tool("tables.py", *flags)
+    iqm = stats.trim_mean((pong + 20.7) / (9.3 + 20.7), 0.25)  # 0 the random agent, 1 the human (Mnih et al. 2015)
+    assert f"Atari, the defaults: IQM of normalized scores (0 random agent, 1 human, Mnih et al. 2015) {iqm:.2f}" in (
+        out.stdout
+    )
+
+
+def test_the_studies_score_the_last_100_episodes_and_refuse_an_env_that_no_setting_lifts_above_random(monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)  # the point estimates alone are checked
+    found = {
+        ("clip-0.2", "Hopper-v4"): [{"seed": 1, "last_100": 300.0, "last_10": 300.0}],
+        ("clip-0.3", "Hopper-v4"): [{"seed": 1, "last_100": 200.0, "last_10": 900.0}],
+    }
+    scores = tables.normalized_scores(found, ["clip-0.2", "clip-0.3"], {"Hopper-v4": 0.0})
+    assert scores == {"clip-0.2": [1.0], "clip-0.3": [pytest.approx(2 / 3)]}  # the best mean last 100 scores 1
+    with pytest.raises(SystemExit, match="no setting beats the random policy on Hopper-v4"):
+        tables.normalized_scores(found, ["clip-0.2", "clip-0.3"], {"Hopper-v4": 300.0})
+    runs = [{"seed": s, "last_100": 100.0 * s, "last_10": 1000.0} for s in (1, 2, 3)]
+    st = tables.study_stats({("clip-0.2", "Hopper-v4"): runs}, ["clip-0.2"], {"Hopper-v4": 0.0}, "clip-0.2")
+    assert st["clip-0.2"]["iqm"] == pytest.approx(1.0)  # 1 is the baseline's mean last 100 (200): scores 0.5, 1, 1.5
+
+
+def test_a_tie_is_not_separated_and_a_settings_intervals_do_not_depend_on_the_other_settings(monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)  # fewer resamples: the same properties, in seconds
+    tie = tables.intervals({"defaults": np.ones((3, 3)), "tie": np.ones((3, 3))}, "defaults")["tie"]
+    assert tie["p_improve_ci"] == [0.5, 0.5] and tables.verdict(tie) == "not separated"
+    assert (
+        tables.verdict({"p_improve_ci": [0.5, 0.8]})
+        == tables.verdict({"p_improve_ci": [0.2, 0.5]})
+        == ("not separated")
+    )
+    rng = np.random.default_rng(1)
+    defaults, same = rng.normal(1.0, 0.05, (5, 3)), rng.normal(1.0, 0.05, (5, 3))
+    alone = tables.intervals({"defaults": defaults, "same": same}, "defaults")["same"]
+    beside = tables.intervals({"defaults": defaults, "same": same, "other": defaults + 0.3}, "defaults")["same"]
+    assert alone == beside
+
+
+def test_record_writes_only_the_missing_records_of_finished_runs_and_status_counts_a_recorded_cut_run(tmp_path):
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    records.mkdir()
+    fake_run(runs, "Hopper-v4", "table1-clip-0.2", 1, [1.0] * 20)  # finished, recorded before
+    fake_run(runs, "Hopper-v4", "table1-clip-0.2", 2, [2.0] * 20)  # finished, no record yet
+    cut = runs / "Hopper-v4__table1-clip-0.2__3__1700000000"  # a checkpoint, no summary.json
+    cut.mkdir()
+    (cut / "checkpoint.pt").write_bytes(b"")
+    kept = records / "Hopper-v4__table1-clip-0.2__1.json"
+    kept.write_text('{"source": "committed"}')
+    out = tool("grid.py", "record", "table1", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    assert kept.read_text() == '{"source": "committed"}'  # a record is never overwritten
+    assert sorted(p.name for p in records.iterdir()) == [kept.name, "Hopper-v4__table1-clip-0.2__2.json"]
+    (records / "Hopper-v4__table1-clip-0.2__3.json").write_text('{"source": "committed"}')  # made on another machine
+    status = tool("grid.py", "status", "table1", "--dir", str(tmp_path), "--records", str(records)).stdout
+    hopper = [line.split()[0] for line in status.splitlines() if " clip-0.2 " in line and "Hopper-v4" in line]
+    assert hopper == ["done", "done", "recorded"]  # the cut run is not run again: it counts as recorded
+    (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "Hopper-v4"], "x")
+    Path(grid.record_path(ad_hoc, str(records))).write_text(json.dumps({"last_100": 1.0}))
+    assert grid.read_record(ad_hoc, str(records)) is None  # records are the named grids' alone
+
+
+def test_plot_curves_takes_only_the_return_from_a_record_and_leaves_out_an_empty_curve(tmp_path):
+    import plot_curves
+
+    records = tmp_path / "records"
+    records.mkdir()
+    curve = {"env_id": "Hopper-v4", "curve": [[1000, 1.0], [2000, 3.0]]}
+    (records / "Hopper-v4__table1-a__1.json").write_text(json.dumps(curve))
+    (records / "Hopper-v4__table1-a__2.json").write_text(json.dumps(curve | {"curve": []}))  # a run with no episode
+    with pytest.raises(SystemExit, match="episodic return only"):
+        plot_curves.load_curve(str(records / "Hopper-v4__table1-a__1.json"), "losses/value_loss")
+    out = tool("plot_curves.py", "--group", f"a={records}/*.json", "--out", str(tmp_path / "a.png"))
+    assert out.returncode == 0, out.stderr
+    assert "left out" in out.stderr and "__2.json" in out.stderr and "Hopper-v4 a: final mean 3.0" in out.stdout

@@ -256,3 +256,18 @@ def test_plot_curves_takes_only_the_return_from_a_record_and_leaves_out_an_empty
     out = tool("plot_curves.py", "--group", f"a={records}/*.json", "--out", str(tmp_path / "a.png"))
     assert out.returncode == 0, out.stderr
     assert "left out" in out.stderr and "__2.json" in out.stderr and "Hopper-v4 a: final mean 3.0" in out.stdout
+
+
+def test_plot_curves_draws_the_band_of_two_records(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    import plot_curves
+
+    for seed, level in ((1, 1.0), (2, 3.0)):
+        (tmp_path / f"Hopper-v4__a__{seed}.json").write_text(json.dumps({"curve": [[1000, level], [2000, level]]}))
+    monkeypatch.setattr(plt.Figure, "savefig", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "argv", ["plot_curves.py", "--group", f"a={tmp_path}/*.json"])
+    plot_curves.main()
+    (ax,) = plt.gcf().axes
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 1.0 and band.max() == 3.0 and ax.lines[0].get_ydata()[-1] == 2.0  # min to max, the mean
+    plt.close("all")

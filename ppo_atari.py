@@ -1018,8 +1018,9 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
 
 def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
-    # saved: no signal may cut the closing short, not even torchrun's SIGTERM to all once one worker has exited
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    # saved: no signal may cut the closing short, not even torchrun's SIGTERM to all once one worker has exited.
+    for sig in (signal.SIGINT, signal.SIGTERM):  # ignored by every thread, through the interpreter's exit
+        signal.signal(sig, signal.SIG_IGN)
     log.close()
     envs.close()
     checkpoint_path = os.path.join(run_dir, CHECKPOINT)

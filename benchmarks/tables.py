@@ -55,6 +55,13 @@ PAPER_MUJOCO = {"HalfCheetah-v4": "~1800"}
 # where the API changed), 1M steps, seeds 1-3, last 10 episodes: its published figures were made with other
 # versions of gym and MuJoCo.
 CLEANRL_HERE = {"HalfCheetah-v4": [1391.0, 3632.0, 3660.0]}
+# Reward scaling on Hopper-v4 (docs/studies.md): 1M steps, the defaults, seeds 1-3, run by hand with either wrapper
+# (no grid): per run its closing evaluation and its mean return over the last 200k steps, as (baselines' semantics,
+# the default ScaleReward; gymnasium's NormalizeReward).
+REWARD_SCALING_HOPPER = {
+    "evaluation": ([3578.0, 3295.0, 1465.0], [3430.0, 3253.0, 728.0]),
+    "last 200k steps": ([3387.0, 2305.0, 2105.0], [2809.0, 2656.0, 716.0]),
+}
 # Human scores (Mnih et al. 2015): 1 of Atari's normalization, the random agent's score its 0.
 HUMAN_ATARI = {"BreakoutNoFrameskip-v4": 31.8, "PongNoFrameskip-v4": 9.3, "BeamRiderNoFrameskip-v4": 5775.0}
 # Random agents on Atari (Mnih et al. 2015), and the PPO paper's last-100-episode scores at 10M steps.
@@ -327,6 +334,18 @@ def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def reward_scaling_lines(figures: dict[str, tuple[list[float], list[float]]]) -> list[str]:
+    """P(a run with baselines' reward scaling scores higher than one with gymnasium's NormalizeReward), per figure."""
+    parts = []
+    for what, (baselines, gymnasium) in figures.items():
+        matrices = {"baselines": np.array(baselines)[:, None], "gymnasium": np.array(gymnasium)[:, None]}
+        stats = intervals(matrices, "gymnasium")["baselines"]
+        low, high = stats["p_improve_ci"]
+        parts.append(f"{what} {stats['p_improve']:.2f} [{low:.2f}, {high:.2f}] ({verdict(stats)})")
+    head = "Reward scaling on Hopper-v4 (1M steps, 3 seeds): P(baselines' semantics higher than NormalizeReward)"
+    return [f"{head}, 95% CI: " + "; ".join(parts), ""]
+
+
 def per_seed(grids: dict[str, dict]) -> list[str]:
     lines = ["| grid | setting | env | seed | last 10 | last 100 | evaluation | steps |", "|" + " --- |" * 8]
     for grid_name, found in grids.items():
@@ -385,7 +404,8 @@ def main() -> None:
         variants = ["default", *grid.DETAILS_VARIANTS]
         stats = study_stats(merged, variants, random, "default")
         lines += ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
-        panels["Which details matter"] = (stats, DETAILS_NAMES)
+        panels["One detail at a time"] = (stats, DETAILS_NAMES)
+    lines += reward_scaling_lines(REWARD_SCALING_HOPPER)
     if args.per_seed:
         lines += per_seed(grids)
     print("\n".join(lines))

@@ -271,3 +271,12 @@ def test_plot_curves_draws_the_band_of_two_records(tmp_path, monkeypatch):
     band = ax.collections[0].get_paths()[0].vertices[:, 1]
     assert band.min() == 1.0 and band.max() == 3.0 and ax.lines[0].get_ydata()[-1] == 2.0  # min to max, the mean
     plt.close("all")
+
+
+def test_the_reward_scaling_line_gives_the_probability_that_baselines_semantics_score_higher(monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)
+    higher = {"evaluation": ([3.0, 4.0, 5.0], [1.0, 2.0, 2.5]), "last 200k steps": ([1.0, 2.0, 2.5], [3.0, 4.0, 5.0])}
+    line = tables.reward_scaling_lines(higher)[0]
+    assert "evaluation 1.00 [1.00, 1.00] (better)" in line and "last 200k steps 0.00 [0.00, 0.00] (worse)" in line
+    two_pairs_lower = tables.reward_scaling_lines({"evaluation": ([3.0, 2.0, 5.0], [2.5, 2.4, 1.0])})[0]
+    assert "evaluation 0.78 [" in two_pairs_lower  # 7 of the 9 pairs: each run of one side against each of the other

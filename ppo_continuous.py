@@ -656,6 +656,7 @@ CHECKPOINT = "checkpoint.pt"
 EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never used
 RANK = int(os.environ.get("RANK", "0"))  # this process under torchrun; rank 0 alone writes files and logs
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
+GLOO_EXIT_GRACE_S = 0.2  # at exit, seconds with the GIL free for gloo's threads to drop their last tensors
 
 
 # 8. Processes: torchrun's collectives (each one a no-op without a process group) -------------
@@ -667,14 +668,14 @@ def start_distributed(agent: nn.Module, device: torch.device) -> None:
         return  # plain python, or a single process: no process group, the code path of one process exactly
     on_gpu = device.type == "cuda"
     dist.init_process_group("cpu:gloo,cuda:nccl" if on_gpu else "gloo", device_id=device if on_gpu else None)
-    atexit.register(dist.destroy_process_group)
+    atexit.register(time.sleep, GLOO_EXIT_GRACE_S)  # after the next one (last in, first out): a gloo thread that
+    atexit.register(dist.destroy_process_group)  # wants the GIL once the interpreter finalizes aborts the process
     for p in agent.parameters():
         dist.broadcast(p.data, src=0)
 
 
 def rank_seed(seed: int) -> int:
-    """This process's seed: --seed under plain python; under torchrun one drawn for (seed, rank), so that no two
-    pairs share a stream (seed + rank would give seed 1's rank 1 the stream of seed 2's rank 0)."""
+    """--seed under plain python; under torchrun one drawn for (seed, rank): with seed + rank streams would repeat."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return seed
     return int(np.random.SeedSequence(seed, spawn_key=(RANK,)).generate_state(1)[0])

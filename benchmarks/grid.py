@@ -2,7 +2,8 @@
 behind the README's results tables, or one config of a script over several seeds (an ad-hoc grid).
 
     python benchmarks/grid.py run table1 details --parallel 2     # the PPO paper's Table 1, the ablations
-    python benchmarks/grid.py run mujoco atari --parallel 2       # the results table: 5 MuJoCo envs, 3 games
+    python benchmarks/grid.py run mujoco atari --parallel 2       # the results table: 9 MuJoCo envs, 3 games
+    python benchmarks/grid.py run mujoco table1-1m --parallel 2 --commit   # the paper's scale, each record committed
     python benchmarks/grid.py status                              # which runs are done, recorded, cut or missing
     python benchmarks/grid.py record                              # records of finished runs that have none
     python benchmarks/tables.py                                   # every table, from the run folders
@@ -16,10 +17,12 @@ iterations), so `run` can be started again after any stop.
 
 Named grids: every run lives in evidence/runs/{env}__{grid}-{variant}__{seed}__{time}/ (TensorBoard log,
 checkpoint, summary.json, eval.json), its console output in evidence/logs/.
-  mujoco   HalfCheetah, Hopper, Walker2d, Ant, Humanoid (v4), seeds 1-3, 1M steps, the defaults
+  mujoco   the PPO paper's seven tasks (HalfCheetah, Hopper, InvertedDoublePendulum, InvertedPendulum, Reacher,
+           Swimmer, Walker2d), Ant and Humanoid (v4), seeds 1-3, 1M steps, the defaults
   atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seeds 1-3, 1M steps (4M frames), the defaults
   table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
            kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
+  table1-1m  the same at the paper's budget: 1M steps, the learning rate annealed over them
   details  this project's departures from CleanRL, one at a time, and two details switched off (advantage
            normalization, gradient-norm clipping); same envs, seeds and budget (the defaults are table1's
            clip 0.2 runs)
@@ -55,9 +58,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(ROOT, "evidence")
 SAVE_EVERY = 10  # iterations between checkpoints: a cut run loses at most this much
 POLL_S = 2.0  # seconds between looks at the running processes
-MUJOCO_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
+COMMIT_TRIES = 10  # --commit: tries while another git command holds the index
+# the PPO paper's seven MuJoCo tasks, then two it did not run
+PAPER_ENVS = (
+    "HalfCheetah-v4",
+    "Hopper-v4",
+    "InvertedDoublePendulum-v4",
+    "InvertedPendulum-v4",
+    "Reacher-v4",
+    "Swimmer-v4",
+    "Walker2d-v4",
+)
+MUJOCO_ENVS = (*PAPER_ENVS, "Ant-v4", "Humanoid-v4")
 ATARI_ENVS = ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4", "BeamRiderNoFrameskip-v4")
-SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1 and details
+SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1, table1-1m and details
 SMALL_STEPS = 300_000
 STUDY_SEEDS = (1, 2, 3)  # table1 and details
 RECORDS_DIR = os.path.join(ROOT, "benchmarks", "records")  # committed: one record per finished run of a named grid
@@ -210,22 +224,43 @@ def write_record(run: Run, folder: str, records_dir: str = RECORDS_DIR) -> str:
     return record_path(run, records_dir)
 
 
+def commit_record(path: str, label: str) -> str:
+    """Commit one record, and nothing else the index holds, on the checkout's branch; retried while another
+    git command holds the index (a commit made by hand at the same moment). What happened, in words."""
+    why = ""
+    for _ in range(COMMIT_TRIES):
+        git = ["git", "-C", os.path.dirname(path)]
+        add = subprocess.run([*git, "add", "--", path], capture_output=True, text=True)
+        done = add if add.returncode else subprocess.run(
+            [*git, "commit", "-q", "-m", f"records: {label}", "--", path], capture_output=True, text=True
+        )
+        if done.returncode == 0:
+            return "committed"
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        why = lines[-1] if lines else f"git exit {done.returncode}"
+        if "index.lock" not in done.stderr:
+            break
+        time.sleep(POLL_S)
+    return f"not committed ({why})"
+
+
 def grid_runs(name: str) -> list[Run]:
     """The runs of one named grid, seed-major: a grid cut short still has every setting on its first seeds."""
     if name == "mujoco":
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in MUJOCO_ENVS]
     if name == "atari":
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
-    variants = {"table1": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
+    variants = {"table1": TABLE1_VARIANTS, "table1-1m": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
+    steps = FULL_STEPS if name == "table1-1m" else SMALL_STEPS
     return [
-        Run(name, v, e, s, SMALL_STEPS, tuple(flags))
+        Run(name, v, e, s, steps, tuple(flags))
         for s in STUDY_SEEDS
         for e in SMALL_ENVS
         for v, flags in variants.items()
     ]
 
 
-GRIDS = ("mujoco", "atari", "table1", "details")
+GRIDS = ("mujoco", "atari", "table1", "table1-1m", "details")
 
 
 def flag_value(flags: list[str], name: str) -> tuple[str | None, list[str]]:
@@ -252,9 +287,9 @@ def seed_runs(script: str, seeds: list[int], flags: list[str], name: str | None 
     return [Run(SEEDS_GRID, name, env_id, seed, None, tuple(rest), script) for seed in seeds]
 
 
-def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORDS_DIR) -> int:
+def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORDS_DIR, commit: bool = False) -> int:
     """Run what is neither done nor recorded, `parallel` at a time, recording each run of a named grid as it
-    finishes; the number of runs that failed."""
+    finishes (and committing the record, with commit); the number of runs that failed."""
     pending = [r for r in runs if r.state(runs_dir)[0] != "done" and read_record(r, records_dir) is None]
     threads = str(max(1, usable_cores() // parallel))
     print(
@@ -283,7 +318,10 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
             running.remove(item)
             what = f"{r.env_id or 'default env'} {r.exp_name} seed {r.seed}"
             if proc.returncode == 0 and r.state(runs_dir)[0] == "done":
-                recorded = f"; record {write_record(r, r.state(runs_dir)[1], records_dir)}" if r.grid in GRIDS else ""
+                recorded = ""
+                if r.grid in GRIDS:
+                    path = write_record(r, r.state(runs_dir)[1], records_dir)
+                    recorded = f"; record {path}" + (f", {commit_record(path, r.label)}" if commit else "")
                 print(f"done  {what} in {(time.time() - started) / 60:.1f} min{recorded}", flush=True)
                 continue
             failed += 1
@@ -331,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=1, help="runs at once, the cores split between them")
     parser.add_argument("--dir", help="where runs/ and logs/ are made (default: evidence/ for the named grids, . else)")
     parser.add_argument("--records", default=RECORDS_DIR, help="the named grids' records (default: benchmarks/records)")
+    parser.add_argument("--commit", action="store_true", help="run: commit each named grid's record as it lands")
     parser.add_argument("--seeds", type=int, nargs="+", help="an ad-hoc grid: --script with the flags after --")
     parser.add_argument("--script", choices=SCRIPTS, default="ppo_continuous.py", help="the ad-hoc grid's script")
     parser.add_argument("--name", help="the ad-hoc grid's name (default: the script's and a hash of the flags)")
@@ -372,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
             if state == "done" and read_record(r, args.records) is None and r.grid in GRIDS:
                 print(f"recorded {write_record(r, found, args.records)}")
         return
-    failed = run(runs, runs_dir, args.parallel, args.records)
+    failed = run(runs, runs_dir, args.parallel, args.records, args.commit)
     if args.seeds:
         report_seeds(runs, runs_dir)
     if failed:

@@ -181,8 +181,9 @@ class EpisodicLife(gym.Wrapper):
             obs, info = self.env.reset(**kwargs)
         else:  # a life was lost: carry on with the same game
             obs, _, terminated, truncated, info = self.env.step(NOOP)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
+            if terminated or truncated:  # the no-op ended the game: its score (info["episode"]) goes out with the reset
+                obs, reset_info = self.env.reset(**kwargs)
+                info |= reset_info
         self.lives, self.game_over = self.env.unwrapped.ale.lives(), False
         return obs, info
 
@@ -192,11 +193,12 @@ class FireReset(gym.Wrapper):
     (as OpenAI baselines and CleanRL do: some games need a second input to start)."""
 
     def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
+        obs, info = self.env.reset(**kwargs)  # its info["episode"]: a game that ended on EpisodicLife's no-op step
         for action in (FIRE, SECOND_START_ACTION):
-            obs, _, terminated, truncated, info = self.env.step(action)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
+            obs, _, terminated, truncated, step_info = self.env.step(action)
+            if terminated or truncated:  # this press ended the game: its score goes out with the reset too
+                obs, reset_info = self.env.reset(**kwargs)
+                info = info | step_info | reset_info
         return obs, info
 
 
@@ -617,6 +619,7 @@ def main(args: Args) -> dict:
         log.iteration(progress, metrics, learning_rate=lr, clip_coef=clip_coef, kl_beta=kl_beta)
 
         if signum or iteration == last_iteration or (args.save_every and iteration % args.save_every == 0):
+            log.writer.flush()  # Part II: every iteration the checkpoint counts as done is in the event file first
             save_checkpoint(os.path.join(run_dir, CHECKPOINT), agent, optimizer, envs, args, progress)
         if signum:  # Part II: Ctrl-C or SIGTERM reached some process: every process stops here, saved
             stop_on_signal(signum, log, envs, args, run_dir)
@@ -1070,20 +1073,15 @@ def check_env(args: Args) -> str | None:
     except json.JSONDecodeError as e:
         return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
     sys.path.append(os.getcwd())  # module:EnvId finds a module in the current folder too, as `python -m` does
-    module, _, env_name = args.env_id.rpartition(":")
-    try:  # an Atari id, or not: asked of gymnasium's registry before anything is made
-        if module:
-            __import__(module)  # module:EnvId: importing the module registers EnvId
-        ale = "ale_py" in str(gym.spec(env_name).entry_point)
-    except Exception:  # no such module or id: gym.make below says which
-        ale = True
-    if not ale:
-        return f"{args.env_id} is not an Atari environment; use an ALE id such as BreakoutNoFrameskip-v4 or ALE/Pong-v5"
     try:  # gymnasium's module:EnvId imports the module, which registers EnvId, then makes EnvId
         env = gym.make(args.env_id, **env_kwargs)
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
         return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
+    if "ale_py" not in str(env.spec.entry_point):  # say what trains it
+        box = isinstance(env.action_space, gym.spaces.Box) and len(env.action_space.shape) == 1
+        other = "train it with ppo_continuous.py" if box else "ppo_continuous.py trains Box (A,) actions: neither does"
+        return f"{args.env_id} ({env.action_space} actions) is no Atari game, which {SCRIPT_NAME}.py trains; {other}"
     try:  # as training makes it, unseeded, without gymnasium's env checker (its warnings would precede our one line)
         env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True})()
         shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
@@ -1117,11 +1115,11 @@ class NoWriter:
 
     def add_scalar(self, *args, **kwargs) -> None: ...
 
-    add_text = close = add_scalar
+    add_text = flush = close = add_scalar
 
 
 def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter | NoWriter:
-    """TensorBoard (and Weights & Biases with --track); a resumed run drops what was logged after its checkpoint."""
+    """TensorBoard (W&B too with --track, resumed by id); a resumed run drops what was logged after its checkpoint."""
     if RANK != 0:
         return NoWriter()
     run_name = os.path.basename(os.path.abspath(run_dir))
@@ -1130,8 +1128,8 @@ def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWrit
             import wandb
         except ImportError:
             fail("--track needs Weights & Biases: pip install wandb")
-        run = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "resume": "allow"}
-        wandb.init(**run, sync_tensorboard=True, config=dataclasses.asdict(args), save_code=True)
+        run = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "id": run_name}
+        wandb.init(**run, resume="allow", sync_tensorboard=True, config=dataclasses.asdict(args), save_code=True)
     writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)
     if resumed_at is None:  # the hyperparameters, the derived sizes with them
         derived = {k: getattr(args, k) for k in ("world_size", "batch_size", "minibatch_size", "num_iterations")}

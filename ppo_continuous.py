@@ -640,6 +640,7 @@ def main(args: Args) -> dict:
         log.iteration(progress, metrics, learning_rate=lr, clip_coef=clip_coef, kl_beta=kl_beta)
 
         if signum or iteration == last_iteration or (args.save_every and iteration % args.save_every == 0):
+            log.writer.flush()  # Part II: every iteration the checkpoint counts as done is in the event file first
             save_checkpoint(os.path.join(run_dir, CHECKPOINT), agent, optimizer, envs, args, progress)
         if signum:  # Part II: Ctrl-C or SIGTERM reached some process: every process stops here, saved
             stop_on_signal(signum, log, envs, args, run_dir)
@@ -1098,8 +1099,10 @@ def check_env(args: Args) -> str | None:
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
         return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
-    if not isinstance(env.action_space, gym.spaces.Box) or len(env.action_space.shape) != 1:
-        return f"{args.env_id} has {env.action_space} actions; this needs Box (A,) ones (Atari's Discrete: ppo_atari)"
+    if not isinstance(env.action_space, gym.spaces.Box) or len(env.action_space.shape) != 1:  # say what trains it
+        atari = "ale_py" in str(env.spec.entry_point)
+        other = "train it with ppo_atari.py" if atari else "ppo_atari.py trains Atari games: neither does"
+        return f"{args.env_id} has {env.action_space} actions: {SCRIPT_NAME}.py trains Box (A,) actions; {other}"
     try:
         flat = isinstance(gym.spaces.utils.flatten_space(env.observation_space), gym.spaces.Box)
     except Exception:  # a space that gymnasium cannot flatten at all
@@ -1139,11 +1142,11 @@ class NoWriter:
 
     def add_scalar(self, *args, **kwargs) -> None: ...
 
-    add_text = close = add_scalar
+    add_text = flush = close = add_scalar
 
 
 def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWriter | NoWriter:
-    """TensorBoard (and Weights & Biases with --track); a resumed run drops what was logged after its checkpoint."""
+    """TensorBoard (W&B too with --track, resumed by id); a resumed run drops what was logged after its checkpoint."""
     if RANK != 0:
         return NoWriter()
     run_name = os.path.basename(os.path.abspath(run_dir))
@@ -1152,8 +1155,8 @@ def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWrit
             import wandb
         except ImportError:
             fail("--track needs Weights & Biases: pip install wandb")
-        run = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "resume": "allow"}
-        wandb.init(**run, sync_tensorboard=True, config=dataclasses.asdict(args), save_code=True)
+        run = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "id": run_name}
+        wandb.init(**run, resume="allow", sync_tensorboard=True, config=dataclasses.asdict(args), save_code=True)
     writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)
     if resumed_at is None:  # the hyperparameters, the derived sizes with them
         derived = {k: getattr(args, k) for k in ("world_size", "batch_size", "minibatch_size", "num_iterations")}

@@ -231,13 +231,12 @@ def write_record(run: Run, folder: str, records_dir: str = RECORDS_DIR) -> str:
 def commit_record(path: str, label: str) -> str:
     """Commit one record, and nothing else the index holds, on the checkout's branch; retried while another
     git command holds the index (a commit made by hand at the same moment). What happened, in words."""
-    why = ""
+    git, why = ["git", "-C", os.path.dirname(path)], ""
     for _ in range(COMMIT_TRIES):
-        git = ["git", "-C", os.path.dirname(path)]
-        add = subprocess.run([*git, "add", "--", path], capture_output=True, text=True)
-        done = add if add.returncode else subprocess.run(
-            [*git, "commit", "-q", "-m", f"records: {label}", "--", path], capture_output=True, text=True
-        )
+        done = subprocess.run([*git, "add", "--", path], capture_output=True, text=True)
+        if done.returncode == 0:
+            commit = [*git, "commit", "-q", "-m", f"records: {label}", "--", path]
+            done = subprocess.run(commit, capture_output=True, text=True)
         if done.returncode == 0:
             return "committed"
         lines = (done.stderr or done.stdout).strip().splitlines()

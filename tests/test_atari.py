@@ -101,6 +101,28 @@ def test_a_game_cut_off_on_the_steps_a_reset_takes_is_reset_for_real():
     assert game.resets == 2 and game.t == 0
 
 
+@pytest.mark.parametrize(
+    "wrap, time_limit, agent_steps",
+    [
+        (A.EpisodicLife, 5, 4),  # the 4th step loses a life; the reset's no-op, the 5th, meets the time limit
+        (lambda env: A.FireReset(A.EpisodicLife(env)), 6, 2),  # FIRE, 2, two agent steps, the no-op, FIRE: the 6th
+    ],
+)
+def test_a_game_that_ends_on_a_reset_s_own_steps_is_logged_with_its_whole_score(wrap, time_limit, agent_steps):
+    """The rollout logs what the vector env's autoreset step reports: a game over inside the reset is reported too."""
+    make = lambda: wrap(gym.wrappers.RecordEpisodeStatistics(FakeGame(time_limit=time_limit)))  # noqa: E731
+    envs = gym.vector.SyncVectorEnv([make], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    envs.reset(seed=0)
+    for _ in range(agent_steps):
+        _, _, terminated, _, info = envs.step(np.array([2]))
+        assert "episode" not in info
+    assert terminated[0]  # a life lost: the next step is the autoreset that takes the reset's own steps
+    _, _, _, _, info = envs.step(np.array([2]))
+    assert info["_episode"][0] and info["episode"]["l"][0] == time_limit
+    assert info["episode"]["r"][0] == pytest.approx(4.0 * time_limit)  # every step of the game, the reset's too
+    envs.close()
+
+
 def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():
     game = FakeGame()
     env = A.FireReset(A.EpisodicLife(game))

@@ -316,7 +316,7 @@ def test_the_kl_and_unclipped_objectives_with_value_clipping_run_to_completion(t
     "flags, message",
     [
         (["--env-id", "NoSuchEnv-v0"], "doesn't exist"),
-        (["--env-id", "CartPole-v1"], "needs Box (A,) ones"),
+        (["--env-id", "CartPole-v1"], "ppo_atari.py trains Atari games: neither does"),
         (["--num-minibatches", "3"], "does not divide"),
         (["--total-timesteps", "0"], "must be positive"),
         (["--total-timesteps", "100"], "less than one batch"),

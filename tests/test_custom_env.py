@@ -41,10 +41,10 @@ PROBE = textwrap.dedent(
     class Probe(gym.Env):
         metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
-        def __init__(self, reward=1.0, length=10, obs="vector", fail=None, render_mode=None):
+        def __init__(self, reward=1.0, length=10, obs="vector", fail=None, render_mode=None, act=(2,)):
             self.reward, self.length, self.kind, self.fail = reward, length, obs, fail
             self.observation_space = SPACES[obs]
-            self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+            self.action_space = gym.spaces.Box(-1.0, 1.0, tuple(act), np.float32)
             self.render_mode = render_mode
 
         def observation(self):
@@ -250,8 +250,9 @@ def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
         (
             "CartPole-v1",
             "{}",
-            ["CartPole-v1 has Discrete(2) actions", "needs Box (A,) ones", "(Atari's Discrete: ppo_atari)"],
+            ["CartPole-v1 has Discrete(2) actions", "ppo_continuous.py trains Box (A,) actions", "neither does"],
         ),
+        ("probe:Probe-v0", '{"act": [2, 3]}', ["Probe-v0 has Box(-1.0, 1.0, (2, 3), float32) actions", "neither"]),
     ],
 )
 def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, kwargs, words):
@@ -263,13 +264,22 @@ def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, k
     assert_refused(proc, folder, *words)
 
 
+def test_an_atari_game_given_to_ppo_continuous_is_sent_to_ppo_atari(folder):
+    proc = run_script(folder, "ppo_continuous.py", "--env-id", "ale_py:ALE/Pong-v5", *SMALL, "--total-timesteps", "64")
+    assert proc.returncode == 2 and not (folder / "runs").exists()
+    last = proc.stderr.strip().splitlines()[-1]  # after ALE's banner, which importing ale_py prints
+    assert "has Discrete(6) actions" in last and "train it with ppo_atari.py" in last and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     "env_id, kwargs, words",
     [
         ("ALE/Pong-v5", '{"colour": "red"}', ["cannot make ALE/Pong-v5", "colour"]),
         ("ALE/Pong-v5", '{"frameskip": 4}', ["ALE/Pong-v5 failed"]),  # AtariPreprocessing skips frames itself
         ("nosuchmodule:ALE/Pong-v5", "{}", ["cannot make nosuchmodule:ALE/Pong-v5", "No module named 'nosuchmodule'"]),
-        ("probe:Probe-v0", "{}", ["is not an Atari environment"]),
+        ("probe:Probe-v0", "{}", ["probe:Probe-v0 (Box(", "is no Atari game", "train it with ppo_continuous.py"]),
+        ("CartPole-v1", "{}", ["CartPole-v1 (Discrete(2) actions) is no Atari game", "neither does"]),
+        ("probe:Probe-v0", '{"act": [2, 3]}', ["(2, 3), float32) actions) is no Atari game", "neither does"]),
     ],
 )
 def test_bad_atari_modules_and_kwargs_are_refused_with_one_line(folder, env_id, kwargs, words):

@@ -236,6 +236,60 @@ def test_resuming_from_an_older_checkpoint_replaces_what_was_logged_after_it(tmp
         assert [s for s, _ in logged[tag]] == [400, 800, 1200, 1600], tag
 
 
+# `python SCRIPT ...` killed by SIGKILL (an out-of-memory kill, a preempted node) the moment its KILL_AT-th checkpoint
+# is renamed into place, on a slow disk (each TensorBoard record takes DISK_S to write, so events still wait in the
+# writer's queue unless the run flushed them): the script itself is unchanged, only os.replace and the write wrapped
+DISK_S = 0.02
+KILLED_AFTER_RENAME = f"""
+import os, runpy, signal, sys, time
+from tensorboard.summary.writer.record_writer import RecordWriter
+write = RecordWriter.write
+RecordWriter.write = lambda self, data: (time.sleep({DISK_S}), write(self, data))
+real, renames, kill_at = os.replace, [], int(sys.argv[2])
+def replace(src, dst):
+    real(src, dst)
+    renames.append(dst)
+    if str(dst).endswith("checkpoint.pt") and len(renames) == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+os.replace = replace
+script, sys.argv = sys.argv[1], [sys.argv[1], *sys.argv[3:]]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    "script, flags, batch",
+    [
+        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "1280"], 256),  # 5 iterations of 1 env x 256 steps
+        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "320"], 64),  # 5 iterations of 2 envs x 32 steps
+    ],
+)
+@pytest.mark.parametrize("kill_at", [1, 3])
+def test_a_kill_right_after_a_checkpoint_loses_no_iteration_of_the_history(tmp_path, script, flags, batch, kill_at):
+    """Every iteration a checkpoint says is done is in the event file before the checkpoint exists: a run killed
+    just after the rename and resumed holds each iteration's scalars exactly once, as TensorBoard reads them."""
+    command = [sys.executable, "-c", KILLED_AFTER_RENAME, str(ROOT / script), str(kill_at), *flags, "--save-every", "1"]
+    killed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run_dir = only_run(tmp_path)
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert ckpt["progress"]["iteration"] == kill_at
+    per_iteration = lambda logged: {  # noqa: E731
+        tag: [step for step, _ in values]
+        for tag, values in logged.items()
+        if tag.startswith(("losses/", "charts/")) and "episodic" not in tag
+    }
+    before = per_iteration(scalars(run_dir))
+    assert before and all(steps == [batch * (i + 1) for i in range(kill_at)] for steps in before.values()), before
+
+    resumed = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    assert resumed.returncode == 0, resumed.stderr
+    total = int(flags[flags.index("--total-timesteps") + 1])
+    after = per_iteration(scalars(run_dir))
+    assert after.keys() == before.keys()
+    assert all(steps == list(range(batch, total + 1, batch)) for steps in after.values()), after
+
+
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(trained, tmp_path, monkeypatch):
     path = tmp_path / C.CHECKPOINT
     shutil.copyfile(trained[0], path)  # a copy: the shared checkpoint stays whole whatever happens here

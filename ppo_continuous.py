@@ -3,6 +3,7 @@
     python ppo_continuous.py --env-id Hopper-v4 --seed 2 --total-timesteps 2000000
     python ppo_continuous.py --objective kl-adaptive          # the PPO paper's Table 1 variants
     python ppo_continuous.py --no-bootstrap-truncation        # CleanRL's time-limit handling
+    python ppo_continuous.py --compile                        # the update's minibatch step compiled: faster
     tensorboard --logdir runs
 
 Two parts, in the same order in every script of this repository (diff them to see what differs). Part I, PPO,
@@ -21,6 +22,7 @@ import random
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Literal
 
@@ -52,6 +54,10 @@ class Args:
     """make cuDNN pick deterministic algorithms"""
     cuda: bool = True
     """use CUDA when it is available"""
+    compile: bool = False
+    """torch.compile the update's minibatch step: faster where PyTorch's per-operation overhead dominates (README)"""
+    bf16: bool = False
+    """the networks in bf16 (autocast; all else fp32): on a GPU or CPU with bf16 in hardware, faster there (README)"""
     track: bool = False
     """also log to Weights & Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo"
@@ -143,7 +149,6 @@ class Args:
 
 
 ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
-ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 
 
@@ -272,8 +277,7 @@ class MLP(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, head_gain: float):
         super().__init__()
-        sizes = [in_dim, HIDDEN, HIDDEN]
-        self.hidden = nn.ModuleList(layer_init(nn.Linear(i, o)) for i, o in zip(sizes[:-1], sizes[1:]))
+        self.hidden = nn.ModuleList([layer_init(nn.Linear(in_dim, HIDDEN)), layer_init(nn.Linear(HIDDEN, HIDDEN))])
         self.head = layer_init(nn.Linear(HIDDEN, out_dim), head_gain)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -286,11 +290,6 @@ def gaussian_log_prob(action: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """log N(action; mean, diag(exp(log_std))^2), summed over action dimensions: (B, A) -> (B,)."""
     z = (action - mean) * torch.exp(-log_std)
     return (-0.5 * z.square() - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
-
-
-def gaussian_entropy(log_std: Tensor) -> Tensor:
-    """Entropy of the diagonal Gaussian, summed over action dimensions: (..., A) -> (...)."""
-    return (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum(-1)
 
 
 class Agent(nn.Module):
@@ -313,29 +312,25 @@ class Agent(nn.Module):
         log_std = self.actor_logstd  # (1, A), broadcast over the batch
         if action is None:  # sample, or take the mean with greedy
             action = mean if greedy else mean + torch.exp(log_std) * torch.randn_like(mean)
-        entropy = gaussian_entropy(log_std).expand(mean.shape[0])  # the same in every state
+        entropy = (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum(-1).expand(mean.shape[0])  # the same in every state
         return action, gaussian_log_prob(action, mean, log_std), entropy, self.get_value(obs)
 
-    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The rollout's one call per step: get_action_and_value's sample, log-prob and value, no entropy."""
-        mean, log_std = self.actor_mean(obs), self.actor_logstd
-        action = mean + torch.exp(log_std) * torch.randn_like(mean)
-        return action, gaussian_log_prob(action, mean, log_std), self.get_value(obs)
+
+def autocast_bf16(agent: Agent, device: torch.device) -> None:
+    """--bf16: each network's forward (and so its backward) under bf16 autocast, its output cast back to fp32, so
+    that weights, Adam and all that follows the networks (log-probs, ratios, advantages, losses) stay fp32."""
+    for net in (agent.actor_mean, agent.critic):
+        forward = torch.autocast(device.type, torch.bfloat16)(net.forward)
+        net.forward = lambda *x, forward=forward: forward(*x).float()
 
 
 # 4. Algorithm: pure functions of tensors -----------------------------------------------------
 
 
 def compute_gae(
-    rewards: Tensor,
-    values: Tensor,
-    next_value: Tensor,
-    terminations: Tensor,
-    truncations: Tensor,
-    gamma: float,
-    gae_lambda: float,
-    bootstrap_truncation: bool = True,
-) -> tuple[Tensor, Tensor]:
+    rewards: Tensor, values: Tensor, next_value: Tensor, terminations: Tensor, truncations: Tensor,
+    gamma: float, gae_lambda: float, bootstrap_truncation: bool = True,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Generalized advantage estimation over a rollout of shape (T, N).
 
     values[t] = V(s_t); next_value = V(s_T), the observation after the last step. With NEXT_STEP
@@ -358,10 +353,6 @@ def compute_gae(
         last = deltas[t] + carry[t] * last
         advantages[t] = last
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
-
-
-def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
-    return (x - mean) / (std + ADV_EPS)
 
 
 def policy_loss(
@@ -394,11 +385,6 @@ def value_loss(new_values: Tensor, old_values: Tensor, returns: Tensor, clip_coe
 def kl_k3(logratio: Tensor) -> Tensor:
     """Per-sample k3 estimate of KL(old || new): (r - 1) - log r, never negative."""
     return torch.expm1(logratio) - logratio
-
-
-def clip_fraction(ratio: Tensor, clip_coef: float) -> Tensor:
-    """Share of samples whose ratio left [1 - eps, 1 + eps]."""
-    return ((ratio - 1).abs() > clip_coef).float().mean()
 
 
 def linear_schedule(start: float, step: int, total_steps: int) -> float:
@@ -480,7 +466,7 @@ def collect_rollout(
     episodes = []
     obs = state.obs
     for step in range(num_steps):
-        action, logprob, value = agent.act(obs)
+        action, logprob, _, value = agent.get_action_and_value(obs)
         buf.obs[step], buf.actions[step], buf.logprobs[step], buf.values[step] = obs, action, logprob, value
         next_obs, rewards[step], terminations[step], truncations[step], info = envs.step(action.cpu().numpy())
         obs = torch.as_tensor(next_obs, device=device)
@@ -498,60 +484,65 @@ def collect_rollout(
 
 # 6. Update -----------------------------------------------------------------------------------
 
+ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
+
+
+def minibatch_step(
+    agent: Agent, optimizer: torch.optim.Optimizer, minibatch: list[Tensor], adv_moments: tuple[Tensor, Tensor] | None,
+    args: Args, kl_beta: float, clip_coef: float,
+) -> tuple[Tensor, Tensor] | None:  # fmt: skip
+    """One gradient step on a minibatch: its (policy loss, value loss, entropy, grad norm) and the log pi/pi_old of
+    its samples; None, and no step, when its KL already exceeds --target-kl (the policy left the trust region)."""
+    mb_obs, mb_actions, mb_logprobs, mb_values, mb_advantages, mb_returns = minibatch
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+    logratio = newlogprob - mb_logprobs  # log pi(a|s) - log pi_old(a|s)
+    ratio = logratio.exp()
+    kl = kl_k3(logratio)
+    if args.target_kl is not None and global_mean(kl).item() > args.target_kl:
+        return None
+    if args.norm_adv:  # advantages to mean 0, std 1 within each minibatch (its moments: from minibatch_moments)
+        mb_advantages = (mb_advantages - adv_moments[0]) / (adv_moments[1] + ADV_EPS)
+    pg_loss = policy_loss(ratio, mb_advantages, args.objective, clip_coef, kl, kl_beta)
+    v_loss = value_loss(newvalue, mb_values, mb_returns, clip_coef if args.clip_vloss else None)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    average_gradients(agent, len(mb_advantages))  # under torchrun: the gradient of every process's samples
+    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+    optimizer.step()
+    return torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), grad_norm]), logratio.detach()
+
 
 def update(
-    agent: Agent,
-    optimizer: torch.optim.Optimizer,
-    buf: Rollout,
-    advantages: Tensor,
-    returns: Tensor,
-    args: Args,
-    kl_beta: float,
-    clip_coef: float,
-) -> dict[str, float]:
+    agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, advantages: Tensor, returns: Tensor, args: Args,
+    kl_beta: float, clip_coef: float,
+) -> dict[str, float]:  # fmt: skip
     """K epochs of shuffled minibatch steps on one rollout; the metrics averaged over all of them."""
     keep = buf.real.flatten()  # drop the autoreset steps: (T*N,) -> (B,) real transitions
-    b_obs = buf.obs.flatten(0, 1)[keep]
-    b_actions = buf.actions.flatten(0, 1)[keep]
+    b_obs, b_actions = buf.obs.flatten(0, 1)[keep], buf.actions.flatten(0, 1)[keep]
     b_logprobs, b_values = buf.logprobs.flatten()[keep], buf.values.flatten()[keep]
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
-    losses: list[Tensor] = []  # per minibatch: (policy loss, value loss, entropy, grad norm)
-    logratios: list[Tensor] = []  # per minibatch: log pi/pi_old of each sample, for the statistics
+    step_stats: list[tuple[Tensor, Tensor]] = []  # per minibatch: (pg loss, v loss, entropy, grad norm), logratio
+    step = torch.compile(minibatch_step) if args.compile else minibatch_step  # compiled at its first call, then reused
     epochs_done = 0
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
         # one gather per epoch; the minibatches are then contiguous slices
-        e_obs, e_actions, e_logprobs = b_obs[perm], b_actions[perm], b_logprobs[perm]
-        e_values, e_advantages, e_returns = b_values[perm], b_advantages[perm], b_returns[perm]
-        stop = False
+        epoch = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)]
         slices = minibatch_slices(b_obs.shape[0], args.num_minibatches)
-        adv_moments = minibatch_moments(e_advantages, slices) if args.norm_adv else None
-        for i, mb in enumerate(slices):
-            _, newlogprob, entropy, newvalue = agent.get_action_and_value(e_obs[mb], e_actions[mb])
-            logratio = newlogprob - e_logprobs[mb]  # log pi(a|s) - log pi_old(a|s)
-            ratio = logratio.exp()
-            kl = kl_k3(logratio)
-            if args.target_kl is not None and global_mean(kl).item() > args.target_kl:
-                stop = True  # the policy already left the trust region: no further step on this batch
+        adv_moments = minibatch_moments(epoch[4], slices) if args.norm_adv else [None] * len(slices)
+        for mb, moments in zip(slices, adv_moments):
+            stats = step(agent, optimizer, [x[mb] for x in epoch], moments, args, kl_beta, clip_coef)
+            if stats is None:  # --target-kl: no further step on this batch
                 break
-            mb_adv = normalize(e_advantages[mb], *adv_moments[i]) if args.norm_adv else e_advantages[mb]
-            pg_loss = policy_loss(ratio, mb_adv, args.objective, clip_coef, kl, kl_beta)
-            v_loss = value_loss(newvalue, e_values[mb], e_returns[mb], clip_coef if args.clip_vloss else None)
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            average_gradients(agent, len(mb_adv))  # under torchrun: the gradient of every process's samples
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-            optimizer.step()
-            losses.append(torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), grad_norm]))
-            logratios.append(logratio.detach())
-        if stop:
+            step_stats.append(stats)
+        if stats is None:
             break
         epochs_done += 1
     # minibatches differ in size by at most one sample, so the mean over all samples is the mean of means
-    pg, v, ent, gn = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * 4
-    logratio = torch.cat(logratios) if logratios else torch.zeros(1)
+    pg, v, ent, gn = torch.stack([s[0] for s in step_stats]).mean(0).tolist() if step_stats else [float("nan")] * 4
+    logratio = torch.cat([s[1] for s in step_stats]) if step_stats else torch.zeros(1)
     ratio = logratio.exp()
     metrics = {
         "losses/policy_loss": pg,
@@ -559,7 +550,7 @@ def update(
         "losses/entropy": ent,
         "losses/approx_kl": kl_k3(logratio).mean().item(),
         "losses/old_approx_kl": (-logratio).mean().item(),
-        "losses/clipfrac": clip_fraction(ratio, clip_coef).item(),
+        "losses/clipfrac": ((ratio - 1).abs() > clip_coef).float().mean().item(),  # ratios outside [1-eps, 1+eps]
         "losses/grad_norm": gn,
         "losses/ratio_max": ratio.max().item(),
         "losses/ratio_min": ratio.min().item(),
@@ -602,6 +593,8 @@ def main(args: Args) -> dict:
     envs = make_envs(args, os.path.basename(run_dir))
     envs.action_space.seed(args.seed + progress["iteration"])
     agent = Agent(envs).to(device)
+    if args.bf16:
+        autocast_bf16(agent, device)
     start_distributed(agent, device)  # Part II: under torchrun, every process starts from rank 0's weights
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=ADAM_EPS, fused=True)
     if ckpt:
@@ -849,11 +842,9 @@ def save_checkpoint(
 
 def load_checkpoint(path: str) -> dict:
     """A checkpoint is data: weights_only refuses anything that would run code while loading."""
-    if not os.path.isfile(path):
-        fail(f"no checkpoint at {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated, corrupted, or not a torch file at all
+    except Exception as e:  # missing, truncated, corrupted, or not a torch file at all
         fail(f"{path} is not a readable checkpoint ({why(e)})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py")
@@ -1084,6 +1075,10 @@ def check_args(args: Args) -> str | None:
         return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         return "--gamma and --gae-lambda must lie in [0, 1]"
+    device = "GPU" if torch.cuda.is_available() and args.cuda else "CPU"  # the one seed_everything picks
+    cpu_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    if args.bf16 and not (torch.cuda.is_bf16_supported(including_emulation=False) if device == "GPU" else cpu_bf16):
+        return f"--bf16 needs bf16 in hardware (CUDA with bf16, a CPU with AVX512-BF16 or AMX): this {device} has none"
     return check_env(args)
 
 
@@ -1095,7 +1090,8 @@ def check_env(args: Args) -> str | None:
         return f"--env-kwargs {args.env_kwargs!r} is not JSON ({e})"
     sys.path.append(os.getcwd())  # module:EnvId finds a module in the current folder too, as `python -m` does
     try:  # gymnasium's module:EnvId imports the module, which registers EnvId, then makes EnvId
-        env = gym.make(args.env_id, **env_kwargs)
+        with warnings.catch_warnings(action="ignore"):  # gymnasium's notes (an old version...) would precede our line
+            env = gym.make(args.env_id, **env_kwargs)
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
         return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"

@@ -6,6 +6,8 @@ set by the environment; or this checkout's SPS against another commit's, side by
     python benchmarks/speed.py --processes 2 --iterations 20 --runs 3      # 1 process, then 2 under torchrun
     python benchmarks/speed.py --against HEAD~1 --runs 5 --sps-only        # this checkout against a commit
     python benchmarks/speed.py --iterations 2 --runs 1 -- --env-id Pendulum-v1 --num-steps 256   # script flags
+    python benchmarks/speed.py --flag compile --runs 3 --sps-only               # with --compile against without
+    python benchmarks/speed.py --script ppo_atari.py --flag bf16 bf16+compile --runs 3 --sps-only
 
 Prints, after the machine (CPU model, usable cores, torch version):
 1. the script's own SPS (summary.json) over --runs whole runs of --iterations iterations at the defaults
@@ -15,6 +17,8 @@ Prints, after the machine (CPU model, usable cores, torch version):
    environments, so N processes make an N times larger batch: the same iterations are N times the steps.
    With --against COMMIT, the commit's SPS too, its runs interleaved with this checkout's (A B A B ...) so
    that a machine's drift hits both alike, and the ratio of the medians (above 1: this checkout is faster).
+   With --flag NAME, this checkout with --NAME added (NAME+OTHER: --NAME --OTHER) too, interleaved the same
+   way, and its ratio to this checkout without it (above 1: the flag is faster).
 2. where one iteration's time goes, timed in-process (one process, the CPU) around the script's own
    functions: env (envs.step), inference (the policy's call), storage (the rest of the rollout: writing
    the buffer, converting), GAE (with the bootstrap value), update. A checkout whose script lacks one of
@@ -142,16 +146,18 @@ def ratio(a: list[float], b: list[float]) -> float:
     return float(np.median(a) / np.median(b))
 
 
-def sps_lines(sps: dict[tuple[str, int], list[float]], labels: list[str], counts: list[int]) -> list[str]:
-    """Each checkout's median and spread at each process count; this checkout's ratio to the other; the speed-up."""
+def sps_lines(
+    sps: dict[tuple[str, int], list[float]], labels: list[str], counts: list[int], flagged: tuple[str, ...] = ()
+) -> list[str]:
+    """Each checkout's median and spread at each process count; this checkout's ratio to the other, and each flagged
+    variant's ratio to this checkout; the speed-up."""
     lines = []
     for count in counts:
         lines += [f"{label}, {count} process(es): {spread(sps[label, count])}" for label in labels]
         for other in labels[1:]:
-            times = ratio(sps[labels[0], count], sps[other, count])
-            lines.append(
-                f"ratio {labels[0]} / {other}, {count} process(es): {times:.3f} (above 1: {labels[0]} is faster)"
-            )
+            fast, slow = (other, labels[0]) if other in flagged else (labels[0], other)
+            times = ratio(sps[fast, count], sps[slow, count])
+            lines.append(f"ratio {fast} / {slow}, {count} process(es): {times:.3f} (above 1: {fast} is faster)")
     for count in counts[1:]:
         for label in labels:
             speedup = ratio(sps[label, count], sps[label, counts[0]])
@@ -318,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="whole runs per checkout and process count")
     parser.add_argument("--processes", type=int, default=1, help="N > 1: also on N processes under torchrun")
     parser.add_argument("--against", metavar="COMMIT", help="also measure this git commit, interleaved")
+    parser.add_argument("--flag", nargs="+", default=[], metavar="NAME", help="also with --NAME (NAME+OTHER: both)")
     parser.add_argument("--sps-only", action="store_true", help="no breakdown and no ceiling")
     parser.add_argument("script_args", nargs="*", help="flags for the script (after --)")
     args = parser.parse_args(argv)
@@ -333,7 +340,13 @@ def main(argv: list[str] | None = None) -> None:
         folders = {THIS: scratch_copy(ROOT, os.path.join(tmp, "this"))}
         if args.against:
             folders[commit_copy(args.against, os.path.join(tmp, "against"))] = os.path.join(tmp, "against")
+        extra = {}  # the flags each --flag variant adds, by its label
+        for i, name in enumerate(args.flag):
+            flags = [f"--{part}" for part in name.split("+")]
+            label = f"{THIS} {' '.join(flags)}"
+            folders[label], extra[label] = scratch_copy(ROOT, os.path.join(tmp, f"flag{i}")), flags
         scripts = {label: os.path.join(folder, args.script) for label, folder in folders.items()}
+        flags_of = {scripts[label]: flags for label, flags in extra.items()}
         stem = args.script.removesuffix(".py")
         modules = {THIS: load_script(scripts[THIS], f"{stem}_this")}
         script_args = parse_script_args(modules[THIS], args.script_args)
@@ -343,16 +356,19 @@ def main(argv: list[str] | None = None) -> None:
             f"{threads} thread(s) per process (OMP_NUM_THREADS)",
             flush=True,
         )
-        run_one = lambda script, count, steps: run_sps(script, count, steps, args.script_args, threads)  # noqa: E731
+        run_one = lambda script, count, steps: run_sps(  # noqa: E731
+            script, count, steps, args.script_args + flags_of.get(script, []), threads
+        )
         try:
             sps = measure(scripts, counts, lambda count: args.iterations * count * local_batch, args.runs, run_one)
         except RuntimeError as e:
             sys.exit(f"error: {e}")
-        print("\n".join(sps_lines(sps, list(scripts), counts)), flush=True)
+        print("\n".join(sps_lines(sps, list(scripts), counts, tuple(extra))), flush=True)
         if args.sps_only:
             return
         ceiling_steps = args.iterations * local_batch
-        for line in phase_and_ceiling_lines(scripts, modules, args.script_args, args.iterations, ceiling_steps):
+        plain = {label: script for label, script in scripts.items() if label not in extra}  # the flags: not timed here
+        for line in phase_and_ceiling_lines(plain, modules, args.script_args, args.iterations, ceiling_steps):
             print(line, flush=True)
 
 

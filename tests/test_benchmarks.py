@@ -68,7 +68,18 @@ def fake_run(
 def test_named_grids_are_the_protocols_seed_major():
     table1, details = grid.grid_runs("table1"), grid.grid_runs("details")
     assert len(table1) == 6 * 3 * 3 and len(details) == 6 * 3 * 3  # 3 seeds: an interval needs them
-    assert len(grid.grid_runs("mujoco")) == 5 * 3 and len(grid.grid_runs("atari")) == 3 * 3
+    assert len(grid.grid_runs("mujoco")) == 9 * 3 and len(grid.grid_runs("atari")) == 3 * 3
+    paper = ["HalfCheetah", "Hopper", "InvertedDoublePendulum", "InvertedPendulum", "Reacher", "Swimmer", "Walker2d"]
+    assert grid.PAPER_ENVS == tuple(f"{name}-v4" for name in paper)  # the PPO paper's seven MuJoCo tasks, v4
+    assert grid.MUJOCO_ENVS == (*grid.PAPER_ENVS, "Ant-v4", "Humanoid-v4")
+    table1_1m = grid.grid_runs("table1-1m")  # the paper's budget; its clip 0.2 row is the mujoco grid's
+    assert len(table1_1m) == 5 * 3 * 3 and {r.steps for r in table1_1m} == {1_000_000}
+    assert "clip-0.2" not in {r.variant for r in table1_1m} and grid.TABLE1_1M_FROM_MUJOCO == "clip-0.2"
+    assert {(r.variant, r.flags) for r in table1_1m} == {(r.variant, r.flags) for r in table1} - {
+        ("clip-0.2", ("--clip-coef", "0.2"))
+    }
+    assert [r.seed for r in table1_1m] == sorted(r.seed for r in table1_1m)
+    assert "--total-timesteps 1000000" in " ".join(table1_1m[0].command("/nowhere"))
     assert {r.steps for r in table1 + details} == {300_000}
     assert [r.seed for r in table1] == sorted(r.seed for r in table1)  # a cut grid has every setting on seed 1
     flags = {r.variant: r.flags for r in table1}
@@ -94,6 +105,41 @@ def test_named_grids_are_the_protocols_seed_major():
         (e, s) for e in grid.MUJOCO_ENVS for s in (1, 2, 3)
     }
     assert grid.grid_runs("atari")[0].script == "ppo_atari.py" and table1[0].script == "ppo_continuous.py"
+
+
+def test_commit_record_commits_that_record_alone_and_waits_out_another_git_command(tmp_path, monkeypatch):
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    git("init", "-q")
+    git("config", "user.email", "grid@example.com")
+    git("config", "user.name", "grid")
+    git("commit", "-q", "--allow-empty", "-m", "start")
+    (tmp_path / "other.txt").write_text("the user's work, staged")
+    git("add", "other.txt")
+    records = tmp_path / "records"
+    records.mkdir()
+    first, second = records / "Hopper-v4__mujoco-default__1.json", records / "Hopper-v4__mujoco-default__2.json"
+    first.write_text("{}")
+    assert grid.commit_record(str(first), "Hopper-v4__mujoco-default__1") == "committed"
+    assert git("show", "--name-only", "--format=%s", "HEAD").split() == [
+        "records:",
+        "Hopper-v4__mujoco-default__1",
+        "records/Hopper-v4__mujoco-default__1.json",
+    ]
+    assert git("diff", "--cached", "--name-only").split() == ["other.txt"]  # still staged, not committed
+    lock = tmp_path / ".git" / "index.lock"  # another git command holds the index: tried again once it is free
+    lock.write_text("")
+    waits = []
+    monkeypatch.setattr(grid.time, "sleep", lambda s: (waits.append(s), lock.unlink()))
+    second.write_text("{}")
+    assert grid.commit_record(str(second), "Hopper-v4__mujoco-default__2") == "committed" and len(waits) == 1
+    assert git("show", "--name-only", "--format=", "HEAD").split() == ["records/Hopper-v4__mujoco-default__2.json"]
+    outside = tmp_path.parent / f"{tmp_path.name}-not-a-repository.json"
+    outside.write_text("{}")
+    assert grid.commit_record(str(outside), "x").startswith("not committed (") and len(waits) == 1  # not retried
 
 
 def test_a_run_is_resumed_when_cut_and_skipped_when_finished(tmp_path):
@@ -438,6 +484,28 @@ def test_speed_against_a_commit_prints_both_checkouts_sps_their_ratio_and_where_
         assert any(x.startswith(f"{label}: ceiling, random actions: ") for x in lines)
     assert "SPS bare env" in lines[-1]
     assert speed_worktrees() <= before  # the temporary worktree is gone
+
+
+def test_speed_flag_runs_this_checkout_with_and_without_the_flag_interleaved_and_prints_the_flags_ratio(
+    monkeypatch, capsys
+):
+    calls = []
+
+    def fake_run_sps(script, processes, steps, flags, threads):
+        calls.append(tuple(flags))
+        return 120.0 if "--bf16" in flags else 150.0 if "--compile" in flags else 100.0
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr(speed, "run_sps", fake_run_sps)
+    speed.main(["--flag", "compile", "bf16+compile", "--runs", "2", "--iterations", "1", "--sps-only"])
+    speed.main(["--flag", "compile", "--runs", "2", "--iterations", "1", "--sps-only", "--", "--num-steps", "64"])
+    out = capsys.readouterr().out
+    assert calls[:6] == [(), ("--compile",), ("--bf16", "--compile")] * 2  # interleaved, the flags added
+    assert calls[6:] == [("--num-steps", "64"), ("--num-steps", "64", "--compile")] * 2  # after the script's flags
+    assert (
+        "ratio this checkout --compile / this checkout, 1 process(es): 1.500 (above 1: this checkout --compile" in out
+    )
+    assert "this checkout --bf16 --compile, 1 process(es): median 120 SPS" in out
 
 
 def test_speed_interleaves_the_checkouts_at_each_process_count_and_reports_median_spread_ratio_speedup(

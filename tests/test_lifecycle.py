@@ -644,7 +644,7 @@ def other_shapes(ckpt_path, out) -> None:
 @pytest.mark.parametrize(
     "kind, message",
     [
-        ("missing", "no checkpoint"),
+        ("missing", "No such file or directory"),
         ("truncated", "not a readable checkpoint"),
         ("garbage", "not a readable checkpoint"),
         ("other_script", "not written by ppo_atari.py"),

@@ -250,16 +250,20 @@ def test_cuda_is_used_when_asked_and_available_and_torch_deterministic_sets_cudn
     assert C.seed_everything(args).type == "cpu"
 
 
-def test_track_passes_the_project_and_entity_to_wandb(tmp_path, monkeypatch):
+@pytest.mark.parametrize("module", [C, A])
+def test_track_passes_the_project_and_entity_to_wandb_and_a_resume_goes_on_in_the_same_wandb_run(
+    tmp_path, monkeypatch, module
+):
     calls = []
     fake = types.SimpleNamespace(init=lambda **kwargs: calls.append(kwargs))
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    args = C.Args(track=True, wandb_project_name="proj", wandb_entity="team")
-    writer = C.open_writer(args, str(tmp_path / "run"), None)
-    writer.close()
-    (call,) = calls
-    assert call["project"] == "proj" and call["entity"] == "team" and call["sync_tensorboard"]
-    assert call["config"]["seed"] == args.seed and call["name"] == "run"
+    args = module.Args(track=True, wandb_project_name="proj", wandb_entity="team")
+    for resumed_at in (None, 800):  # the new run, then its resume from a checkpoint at step 800
+        module.open_writer(args, str(tmp_path / "run"), resumed_at).close()
+    first, resumed = calls
+    assert first["project"] == "proj" and first["entity"] == "team" and first["sync_tensorboard"]
+    assert first["config"]["seed"] == args.seed and first["name"] == "run"
+    assert first["id"] == resumed["id"] == "run" and resumed["resume"] == "allow"  # one W&B run, by the folder's name
 
 
 def test_capture_video_wraps_the_first_environment_only():
@@ -475,11 +479,16 @@ def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, caps
 
 
 def test_the_summary_returned_and_on_disk_counts_steps_and_episodes_and_holds_the_eval_mean(tmp_path, monkeypatch):
-    summary, _ = run_main(tmp_path, monkeypatch, eval_episodes=2)
+    summary, _ = run_main(tmp_path, monkeypatch, eval_episodes=2, total_timesteps=2800)  # 6 episodes in each env
     on_disk = json.loads((only_run(tmp_path) / "summary.json").read_text())
-    assert on_disk == summary and summary["global_step"] == 1200 and summary["episodes"] == 4
+    assert on_disk == summary and summary["global_step"] == 2800 and summary["episodes"] == 12  # more than the 10
+    logged = scalars(only_run(tmp_path))
+    returns = [value for _, value in logged["charts/episodic_return"]]
+    assert len(returns) == 12 and summary["mean_return_last_10"] == pytest.approx(np.mean(returns[-10:]), rel=1e-5)
     evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())
     assert evaluation["episodes"] == 2 and summary["eval_mean_return"] == evaluation["mean_return"]
+    (at, value), *_ = logged["eval/episodic_return"]  # the closing evaluation, at the run's last step
+    assert len(logged["eval/episodic_return"]) == 1 and at == 2800 and value == pytest.approx(evaluation["mean_return"])
 
 
 def gymnasium_chain(args: C.Args) -> gym.vector.VectorEnv:

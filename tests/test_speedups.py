@@ -1,0 +1,102 @@
+"""--compile and --bf16, by their effects: the compiled minibatch step computes what the eager one computes; bf16
+runs the networks in bf16 and nothing after them (the first minibatch of an update sees a ratio of 1 up to rounding);
+a device without bf16 in hardware is refused with one line. The defaults' numbers are same_numbers.py's to hold."""
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import HANG_TIMEOUT, ROOT, make_agent, only_run, scalars, spy
+
+import ppo_atari as A
+import ppo_continuous as C
+
+PENDULUM = dict(env_id="Pendulum-v1", num_steps=256, num_minibatches=4, update_epochs=2, eval_episodes=0)
+BREAKOUT = dict(num_envs=2, num_steps=32, num_minibatches=2, update_epochs=2, eval_episodes=0)
+NATIVE_BF16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+# the first minibatch's approx KL under --bf16: 0 here (the same bf16 kernels score a sample in the rollout and in the
+# update); a rollout in bf16 and an update in fp32 leave 2e-5 (MuJoCo, the policy head at gain 1) and 5e-6 (Atari)
+RATIO_ONE_KL = 1e-7
+
+
+def run(folder, monkeypatch, module, **overrides) -> dict:
+    """Two iterations of main in folder (made), with the overrides; every scalar logged."""
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    config = PENDULUM if module is C else BREAKOUT
+    batch = config["num_steps"] * config.get("num_envs", 1)
+    module.main(module.Args(**(config | {"total_timesteps": 2 * batch} | overrides)))
+    return scalars(only_run(folder))
+
+
+def test_compile_compiles_the_minibatch_step_and_it_computes_what_the_eager_step_computes(tmp_path, monkeypatch):
+    eager = run(tmp_path / "eager", monkeypatch, C)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = run(tmp_path / "compiled", monkeypatch, C, compile=True)
+    assert torch._dynamo.utils.counters["frames"]["ok"] > 0  # something was compiled
+    assert compiled["charts/episodic_return"][:1] == eager["charts/episodic_return"][:1]  # the first rollout: eager
+    for tag in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/grad_norm"):
+        (step, ours), (_, theirs) = compiled[tag][0], eager[tag][0]  # the first update: the last bits may differ
+        assert step == 256 and ours == pytest.approx(theirs, rel=1e-3, abs=1e-7), tag
+
+
+@pytest.mark.parametrize("module", [C, A])
+def test_bf16_runs_the_networks_in_bf16_and_hands_fp32_to_what_follows(module):
+    if module is C:
+        agent, obs = make_agent(), torch.randn(64, 3)
+    else:
+        spaces = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])  # only its spaces are replaced
+        spaces.single_observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        spaces.single_action_space = gym.spaces.Discrete(4)
+        torch.manual_seed(0)
+        agent, obs = A.Agent(spaces), torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+        spaces.close()
+    actions = agent.get_action_and_value(obs)[0]
+    fp32 = agent.get_action_and_value(obs, actions)
+    module.autocast_bf16(agent, torch.device("cpu"))
+    bf16 = agent.get_action_and_value(obs, actions)
+    for name, ours, theirs in zip(("log-prob", "entropy", "value"), bf16[1:], fp32[1:]):
+        assert ours.dtype == torch.float32, name
+        assert torch.allclose(ours, theirs, rtol=0.05, atol=0.05), name  # bf16 keeps about 3 significant digits
+    assert not torch.equal(bf16[3], fp32[3])  # the value's network did run in bf16
+    assert all(p.dtype == torch.float32 for p in agent.parameters())
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="needs a CPU with AVX512-BF16 or AMX")
+@pytest.mark.parametrize("module", [C, A])
+def test_under_bf16_the_first_minibatch_of_an_update_sees_a_ratio_of_one_and_weights_and_adam_stay_fp32(
+    tmp_path, monkeypatch, module
+):
+    monkeypatch.setattr(C, "POLICY_HEAD_GAIN", 1.0)  # actions that depend on the state: bf16's rounding shows
+    steps = spy(monkeypatch, module, "minibatch_step")
+    run(tmp_path / "run", monkeypatch, module, bf16=True)
+    agent, optimizer = steps[0][0][:2]
+    _, logratio = steps[0][2]  # the first minibatch step of the first update
+    assert module.kl_k3(logratio).mean().item() < RATIO_ONE_KL
+    assert all(p.dtype == torch.float32 for p in agent.parameters())
+    adam = [t for s in optimizer.state.values() for t in s.values() if t.is_floating_point() and t.dim() > 0]
+    assert adam and all(t.dtype == torch.float32 for t in adam)
+
+
+# the script run with the CPU's bf16 instructions reported missing: only the two queries are replaced
+NO_BF16 = """
+import runpy, sys, torch
+torch.cpu._is_avx512_bf16_supported = torch.cpu._is_amx_tile_supported = lambda: False
+script, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
+def test_bf16_on_a_cpu_without_bf16_instructions_is_one_line_and_exit_2_before_anything_is_written(tmp_path, script):
+    command = [sys.executable, "-c", NO_BF16, str(ROOT / script), "--bf16", "--no-cuda", "--total-timesteps", "4096"]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --bf16 needs bf16 in hardware"), proc.stderr[-2000:]
+    assert "AVX512-BF16 or AMX" in lines[0] and "CPU has none" in lines[0]
+    assert not (tmp_path / "runs").exists()

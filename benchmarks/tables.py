@@ -41,16 +41,37 @@ BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
 
 # Published figures, beside ours (same envs and step budget).
-# CleanRL: ppo_continuous_action.py on the v4 envs, 1M steps, 3 seeds (its docs' benchmark table).
+# CleanRL: ppo_continuous_action.py on the v4 envs, 1M steps, 3 seeds, its last 100 episodes (its docs' benchmark
+# table).
 CLEANRL_MUJOCO = {
     "HalfCheetah-v4": "1442 +- 46",
     "Hopper-v4": "2383 +- 272",
+    "InvertedPendulum-v4": "963 +- 22",
     "Walker2d-v4": "2288 +- 572",
     "Humanoid-v4": "716 +- 49",
 }
-# The PPO paper (Schulman et al. 2017) gives MuJoCo results as curves only (Figure 3, v1 envs); HalfCheetah's
-# clip-0.2 curve ends near 1800 at 1M steps.
-PAPER_MUJOCO = {"HalfCheetah-v4": "~1800"}
+# The PPO paper (Schulman et al. 2017) gives MuJoCo results as curves only (Figure 3, v1 envs): its clip-0.2 curves
+# at 1M steps, read off the figure (approximate).
+PAPER_MUJOCO = {
+    "HalfCheetah-v4": "~1800",
+    "Hopper-v4": "~2250",
+    "InvertedDoublePendulum-v4": "~8000",
+    "InvertedPendulum-v4": "~1000",
+    "Reacher-v4": "~-7",
+    "Swimmer-v4": "~110",
+    "Walker2d-v4": "~3400",
+}
+# OpenAI baselines' ppo2 with the paper's settings: 1M steps, 6 seeds, v2 envs (the MuJoCo 1M benchmark page of
+# openai/baselines). 1 of the paper's seven tasks' normalization (0: the random policy).
+PPO2_MUJOCO = {
+    "HalfCheetah-v4": 1668.6,
+    "Hopper-v4": 2316.2,
+    "InvertedDoublePendulum-v4": 7102.9,
+    "InvertedPendulum-v4": 809.4,
+    "Reacher-v4": -6.71,
+    "Swimmer-v4": 111.2,
+    "Walker2d-v4": 3425.0,
+}
 # CleanRL's ppo_continuous_action.py run here, on this kind of 2-core machine under gymnasium 1.4 (adapted only
 # where the API changed), 1M steps, seeds 1-3, last 10 episodes: its published figures were made with other
 # versions of gym and MuJoCo.
@@ -149,7 +170,7 @@ def pm(values: list[float], digits: int = 0) -> str:
 
 RESULTS_HEADS = {
     "mujoco": "| env (1M steps) | seeds | last 10 episodes | greedy evaluation | CleanRL (published) "
-    "| CleanRL (run here) | PPO paper |",
+    "| CleanRL (run here) | PPO paper (Fig. 3, v1) | baselines ppo2 (v2) |",
     "atari": "| game (1M steps = 4M frames) | seeds | last 10 games | greedy evaluation | random agent | PPO paper |",
 }
 
@@ -172,6 +193,7 @@ def results_table(grids: dict[str, dict]) -> list[str]:
                     CLEANRL_MUJOCO.get(env_id, "-"),
                     pm(CLEANRL_HERE.get(env_id, [])),
                     PAPER_MUJOCO.get(env_id, "-"),
+                    str(PPO2_MUJOCO.get(env_id, "-")),
                 ]
             else:
                 beside = [str(RANDOM_ATARI[env_id]), PAPER_ATARI[env_id]]
@@ -280,12 +302,21 @@ def verdict(stats: dict) -> str:
 
 
 def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
+    if "default" not in stats:  # no run on any env of the normalization
+        return []
     st = stats["default"]
     if st["seeds"] < 2:
         return [f"{what}: one seed per env, too few for an interval ({st['runs']} runs)", ""]
     low, high = st["iqm_ci"]
     iqm = f"IQM of normalized scores ({zero_one}) {st['iqm']:.2f}, 95% CI [{low:.2f}, {high:.2f}]"
     return [f"{what}: {iqm}, {st['runs']} runs", ""]
+
+
+def table1_at_1m(table1_1m: dict, mujoco: dict) -> dict:
+    """Table 1 at 1M steps: the table1-1m grid's runs, and as its clip 0.2 row the mujoco grid's defaults on its envs
+    (the same code and settings: grid.TABLE1_1M_FROM_MUJOCO)."""
+    row = grid.TABLE1_1M_FROM_MUJOCO
+    return table1_1m | {(row, e): mujoco[("default", e)] for e in grid.SMALL_ENVS if ("default", e) in mujoco}
 
 
 def study_stats(found: dict, variants: list[str], random: dict, baseline: str) -> dict[str, dict]:
@@ -370,39 +401,48 @@ def main() -> None:
         sys.exit(f"error: no finished runs in {runs_dir} nor records in {args.records}: run benchmarks/grid.py first")
     lines = results_table(grids)
     table1, details = grids["table1"], grids["details"]
+    table1_1m = table1_at_1m(grids["table1-1m"], grids["mujoco"]) if grids["table1-1m"] else {}
     cleanrl = {e: float(CLEANRL_MUJOCO[e].split(" +- ")[0]) for e in CLEANRL_MUJOCO}
     needed = [
         e
         for e in grid.MUJOCO_ENVS
-        if (grids["mujoco"] and e in cleanrl) or ((table1 or details) and e in grid.SMALL_ENVS)
+        if (("default", e) in grids["mujoco"] and (e in cleanrl or e in PPO2_MUJOCO))
+        or ((table1 or table1_1m or details) and e in grid.SMALL_ENVS)
     ]
     random = random_returns(needed, os.path.join(args.records, "random.json"))
     if grids["mujoco"]:
+        stats = results_stats(grids["mujoco"], grid.PAPER_ENVS, random, PPO2_MUJOCO)
+        lines += interval_line(
+            stats, "MuJoCo, the defaults on the PPO paper's seven tasks", "0 random, 1 baselines' ppo2 at 1M steps"
+        )
         stats = results_stats(grids["mujoco"], grid.MUJOCO_ENVS, random, cleanrl)
         lines += interval_line(
             stats,
-            "MuJoCo, the defaults (Ant-v4 has no CleanRL figure: left out)",
+            "MuJoCo, the defaults on the envs with a CleanRL figure",
             "0 random, 1 CleanRL's published return",
         )
     if grids["atari"]:
         stats = results_stats(grids["atari"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
         lines += interval_line(stats, "Atari, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
-    if table1 or details:
+    if table1 or table1_1m or details:
         lines += ["Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS), ""]
         lines += [
             "Intervals: IQM of normalized scores (0 random, 1 the defaults' mean), P(better than the defaults)",
             "",
         ]
     panels = {}
-    if table1:
-        stats = study_stats(table1, list(grid.TABLE1_VARIANTS), random, "clip-0.2")
-        lines += ablation_table(table1, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
-        panels["Table 1"] = (stats, TABLE1_NAMES)
+    for title, found in (("Table 1, 300k steps", table1), ("Table 1, 1M steps", table1_1m)):
+        if found:
+            stats = study_stats(found, list(grid.TABLE1_VARIANTS), random, "clip-0.2")
+            lines += [f"{title}:", ""]
+            lines += ablation_table(found, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
+            panels[title] = (stats, TABLE1_NAMES)
     if details:
         # the defaults of the details grid are table1's clip 0.2 runs
         merged = details | {("default", e): runs for (v, e), runs in table1.items() if v == "clip-0.2"}
         variants = ["default", *grid.DETAILS_VARIANTS]
         stats = study_stats(merged, variants, random, "default")
+        lines += ["One detail at a time, 300k steps:", ""]
         lines += ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
         panels["One detail at a time"] = (stats, DETAILS_NAMES)
     lines += reward_scaling_lines(REWARD_SCALING_HOPPER)

@@ -151,10 +151,12 @@ def test_every_committed_record_is_a_run_of_a_named_grid_under_its_own_label():
         assert record["last_10"] is not None and record["last_100"] is not None and record["steps"] > 0, path.name
 
 
-def write_record(records: Path, grid_name: str, env_id: str, seed: int, last_10: float, last_100: float) -> None:
-    """A record of the defaults' run, as grid.py writes one (the figures tables.py reads)."""
-    run = grid.Run(grid_name, "default", env_id, seed, None, ())
-    record = {"grid": grid_name, "variant": "default", "env_id": env_id, "seed": seed, "steps": 1000}
+def write_record(
+    records: Path, grid_name: str, env_id: str, seed: int, last_10: float, last_100: float, variant: str = "default"
+) -> None:
+    """A record of a run (the defaults' unless variant), as grid.py writes one (the figures tables.py reads)."""
+    run = grid.Run(grid_name, variant, env_id, seed, None, ())
+    record = {"grid": grid_name, "variant": variant, "env_id": env_id, "seed": seed, "steps": 1000}
     record |= {"last_10": last_10, "last_100": last_100, "eval": None, "curve": None}
     Path(grid.record_path(run, str(records))).write_text(json.dumps(record))
 
@@ -164,7 +166,7 @@ def test_results_tables_show_the_last_10_and_their_intervals_score_the_last_100_
 ):
     records = tmp_path / "records"
     records.mkdir()
-    random = {"HalfCheetah-v4": -100.0, "Hopper-v4": 0.0, "Walker2d-v4": 0.0, "Humanoid-v4": 0.0}
+    random = {"HalfCheetah-v4": -100.0, "Hopper-v4": 0.0, "Walker2d-v4": 0.0, "Humanoid-v4": 0.0} | PAPER_RANDOM
     (records / "random.json").write_text(json.dumps(random))
     cheetah = np.array([1000.0, 1442.0, 2000.0])  # each seed's last 100 episodes; its last 10 are 10 times as much
     for seed, last_100 in enumerate(cheetah, 1):
@@ -187,6 +189,47 @@ def test_results_tables_show_the_last_10_and_their_intervals_score_the_last_100_
     assert f"Atari, the defaults: IQM of normalized scores (0 random agent, 1 human, Mnih et al. 2015) {iqm:.2f}" in (
         out.stdout
     )
+
+
+PAPER_RANDOM = {"InvertedDoublePendulum-v4": 50.0, "InvertedPendulum-v4": 5.0, "Reacher-v4": -43.0, "Swimmer-v4": 0.0}
+
+
+def test_the_papers_seven_tasks_stand_beside_its_figures_and_baselines_and_are_scored_from_random_to_ppo2(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text(json.dumps(PAPER_RANDOM | {e: 0.0 for e in grid.SMALL_ENVS}))
+    reacher, swimmer = np.array([-5.0, -6.0, -9.0]), np.array([40.0, 120.0, 350.0])
+    for seed in (1, 2, 3):
+        write_record(records, "mujoco", "Reacher-v4", seed, 0.0, reacher[seed - 1])
+        write_record(records, "mujoco", "Swimmer-v4", seed, 0.0, swimmer[seed - 1])
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    assert "| Reacher-v4 | 3 | 0 +- 0 | - | - | - | ~-7 | -6.71 |" in out.stdout
+    assert "| Swimmer-v4 | 3 | 0 +- 0 | - | - | - | ~110 | 111.2 |" in out.stdout
+    scores = np.concatenate([(reacher + 43.0) / (-6.71 + 43.0), swimmer / 111.2])  # 0 random, 1 ppo2's figure
+    iqm = stats.trim_mean(scores, 0.25)
+    line = "MuJoCo, the defaults on the PPO paper's seven tasks: IQM of normalized scores (0 random, 1 baselines' ppo2"
+    assert f"{line} at 1M steps) {iqm:.2f}, 95% CI [" in out.stdout and ", 6 runs" in out.stdout
+
+
+def test_table1_at_1m_takes_its_clip_02_row_from_the_mujoco_grid_and_scores_every_row_against_it(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text(json.dumps({e: 0.0 for e in grid.SMALL_ENVS}))
+    for seed in (1, 2, 3):
+        write_record(records, "mujoco", "Hopper-v4", seed, 0.0, 1000.0 + seed)  # the defaults: clip 0.2
+        write_record(records, "table1", "Hopper-v4", seed, 0.0, 10.0 * seed, "clip-0.2")  # 300k: not at 1M
+        write_record(records, "table1-1m", "Hopper-v4", seed, 0.0, 2000.0 + seed, "clip-0.1")
+        write_record(records, "table1-1m", "Hopper-v4", seed, 0.0, 500.0 + seed, "none")
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    one_m = out.stdout.split("Table 1, 1M steps:")[1]
+    rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ") for line in one_m.splitlines() if "|" in line}
+    assert rows["clipping, eps = 0.2 (default)"][2] == "1002 +- 1 (3)"  # the mujoco grid's runs, not table1's
+    assert rows["clipping, eps = 0.1"][2] == "2002 +- 1 (3)" and rows["clipping, eps = 0.1"][-1] == "better |"
+    assert rows["no clipping or penalty"][-1] == "worse |"
+    assert float(rows["clipping, eps = 0.1"][4]) == 1.0  # the best setting of the env scores 1
+    assert "| clipping, eps = 0.2 (default) | - | 30 +- 12 (3) |" not in one_m
 
 
 def test_the_studies_score_the_last_100_episodes_and_refuse_an_env_that_no_setting_lifts_above_random(monkeypatch):

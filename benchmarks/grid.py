@@ -24,6 +24,8 @@ checkpoint, summary.json, eval.json), its console output in evidence/logs/.
            kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
   table1-1m  the same at the paper's budget: 1M steps, the learning rate annealed over them; its clip 0.2
            row is the mujoco grid's runs of those envs (the defaults)
+  flags    learning under --compile (table1's clip 0.2 setting: 3 envs, 3 seeds, 300k steps) and --bf16
+           (Breakout, seeds 1 and 3, 1M steps), against the defaults' runs
   details  this project's departures from CleanRL, one at a time, and two details switched off (advantage
            normalization, gradient-norm clipping); same envs, seeds and budget (the defaults are table1's
            clip 0.2 runs)
@@ -103,6 +105,10 @@ DETAILS_VARIANTS = {
     "no-norm-adv": ["--no-norm-adv"],
     "no-grad-clip": ["--max-grad-norm", "inf"],
 }
+# --compile and --bf16 change the numbers in their last bits: learning checked against the defaults' runs (table1's
+# clip 0.2 runs at 300k steps; the atari grid's Breakout runs)
+FLAGS_GAME = "BreakoutNoFrameskip-v4"
+FLAGS_GAME_SEEDS = (1, 3)  # 3, not 2: seed-major, the second game (75 core-minutes) starts after every compiled run
 # Python run before ppo_continuous.main for the variants that are no flag; the script itself is unchanged.
 VARIANT_PATCHES = {
     "init-std-1.0": "m.INIT_STD = 1.0",
@@ -253,6 +259,10 @@ def grid_runs(name: str) -> list[Run]:
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in MUJOCO_ENVS]
     if name == "atari":
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
+    if name == "flags":  # seed-major too, each seed's compiled runs first
+        compiled = [Run(name, "compile", e, s, SMALL_STEPS, ("--compile",)) for s in STUDY_SEEDS for e in SMALL_ENVS]
+        bf16 = [Run(name, "bf16", FLAGS_GAME, s, FULL_STEPS, ("--bf16",)) for s in FLAGS_GAME_SEEDS]
+        return sorted(compiled + bf16, key=lambda r: r.seed)
     variants = {"table1": TABLE1_VARIANTS, "table1-1m": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
     steps = FULL_STEPS if name == "table1-1m" else SMALL_STEPS
     return [
@@ -264,7 +274,7 @@ def grid_runs(name: str) -> list[Run]:
     ]
 
 
-GRIDS = ("mujoco", "atari", "table1", "table1-1m", "details")
+GRIDS = ("mujoco", "atari", "table1", "table1-1m", "details", "flags")
 
 
 def flag_value(flags: list[str], name: str) -> tuple[str | None, list[str]]:

@@ -203,7 +203,8 @@ NEEDED = ("make_envs", "Agent", "Rollout", "EnvState", "collect_rollout", "compu
 
 
 def phase_times(m, args, iterations: int) -> dict[str, float]:
-    """Seconds per iteration in each phase, timed around the script's own functions on one process on the CPU."""
+    """Seconds per iteration in each phase, timed around the script's own functions on one process on the CPU, after
+    one iteration untimed (the warm-up: --compile compiles in it)."""
     missing = [name for name in NEEDED if not hasattr(m, name)]
     if missing:
         raise AttributeError(f"no {', '.join(missing)}")
@@ -212,6 +213,8 @@ def phase_times(m, args, iterations: int) -> dict[str, float]:
     device = torch.device("cpu")
     envs = m.make_envs(args, "speed")
     agent = m.Agent(envs)
+    if getattr(args, "bf16", False):
+        m.autocast_bf16(agent, device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=m.ADAM_EPS, fused=True)
     buf = m.Rollout.allocate(envs, args.num_steps, device)
     obs, _ = envs.reset(seed=args.seed)
@@ -221,7 +224,9 @@ def phase_times(m, args, iterations: int) -> dict[str, float]:
     values |= {"gamma": args.gamma, "gae_lambda": args.gae_lambda, "kl_beta": args.kl_beta, "clip_coef": args.clip_coef}
     values |= {"bootstrap_truncation": getattr(args, "bootstrap_truncation", True)}
     try:
-        for _ in range(iterations):
+        for i in range(iterations + 1):
+            if i == 1:  # the warm-up is not counted
+                totals = dict.fromkeys(PHASES, 0.0)
             t0 = time.perf_counter()
             env_before, inference_before = totals["env"], totals["inference"]
             timed(envs, "step", totals, "env")
@@ -291,17 +296,23 @@ def bare_ceiling(env_id: str, env_kwargs: dict, steps: int) -> float:
     return bare
 
 
-def phase_and_ceiling_lines(scripts: dict[str, str], modules: dict, flags: list[str], iterations: int, steps: int):
-    """For each checkout: its breakdown and its wrapped env's ceiling (or why not); then the bare env's ceiling."""
+def phase_and_ceiling_lines(
+    scripts: dict[str, str], modules: dict, flags: list[str], iterations: int, steps: int, extra: dict | None = None
+):
+    """For each checkout (and --flag variant, with its extra flags): its breakdown and its wrapped env's ceiling (or
+    why not; one per checkout); then the bare env's ceiling."""
+    extra = extra or {}
     for label, script in scripts.items():
         try:
             if label not in modules:
-                modules[label] = load_script(script, f"{os.path.basename(script).removesuffix('.py')}_against")
-            m_args = parse_script_args(modules[label], flags)
+                modules[label] = load_script(script, f"{os.path.basename(script).removesuffix('.py')}_{len(modules)}")
+            m_args = parse_script_args(modules[label], flags + extra.get(label, []))
         except (Exception, SystemExit) as e:  # tyro exits on flags an older script lacks
             yield f"{label}: breakdown and ceiling skipped: cannot load the script ({type(e).__name__}: {e})"
             continue
         yield f"{label}: {breakdown(modules[label], m_args, min(iterations, BREAKDOWN_ITERATIONS))}"
+        if label in extra:  # the same envs as this checkout's
+            continue
         try:
             wrapped = wrapped_ceiling(modules[label], m_args, steps)
             yield f"{label}: ceiling, random actions: {wrapped:.0f} SPS through the script's wrappers"
@@ -367,8 +378,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.sps_only:
             return
         ceiling_steps = args.iterations * local_batch
-        plain = {label: script for label, script in scripts.items() if label not in extra}  # the flags: not timed here
-        for line in phase_and_ceiling_lines(plain, modules, args.script_args, args.iterations, ceiling_steps):
+        lines = phase_and_ceiling_lines(scripts, modules, args.script_args, args.iterations, ceiling_steps, extra)
+        for line in lines:
             print(line, flush=True)
 
 

@@ -309,7 +309,7 @@ def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
         return [f"{what}: one seed per env, too few for an interval ({st['runs']} runs)", ""]
     low, high = st["iqm_ci"]
     iqm = f"IQM of normalized scores ({zero_one}) {st['iqm']:.2f}, 95% CI [{low:.2f}, {high:.2f}]"
-    return [f"{what}: {iqm}, {st['runs']} runs", ""]
+    return [f"{what}: {iqm}, {st['runs']} runs ({st['seeds']} seeds x {st['runs'] // st['seeds']} envs)", ""]
 
 
 def table1_at_1m(table1_1m: dict, mujoco: dict) -> dict:
@@ -331,8 +331,13 @@ def study_stats(found: dict, variants: list[str], random: dict, baseline: str) -
 
 
 def results_stats(found: dict, envs: tuple, random: dict[str, float], reference: dict[str, float]) -> dict:
-    runs = {e: found[("default", e)] for e in envs if ("default", e) in found}
-    return intervals({"default": score_matrix(runs, random, reference)}, None)
+    """The defaults' interval over the envs (of those with a reference) that have the most seeds: an env still
+    running its seeds leaves the others' seeds in."""
+    runs = {e: found[("default", e)] for e in envs if ("default", e) in found and e in reference}
+    most = max((len(r) for r in runs.values()), default=0)
+    return intervals(
+        {"default": score_matrix({e: r for e, r in runs.items() if len(r) == most}, random, reference)}, None
+    )
 
 
 def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
@@ -363,6 +368,37 @@ def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
             ax.set_title(f"{title}: 95% stratified-bootstrap intervals" if col == 0 else title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+FLAGS_NAMES = {"defaults": "the defaults (table1's clip 0.2 runs)", "compile": "--compile"}
+
+
+def flags_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
+    """Learning under --compile and --bf16 against the defaults' runs: each run's figures and P(better than the
+    defaults), which should not be separated from 1/2 (the flags change only the last bits of the numbers)."""
+    flags, lines = grids["flags"], []
+    compiled = {("compile", e): runs for (v, e), runs in flags.items() if v == "compile"}
+    if compiled:
+        found = compiled | {("defaults", e): grids["table1"][("clip-0.2", e)] for _, e in compiled}
+        stats = study_stats(found, ["defaults", "compile"], random, "defaults")
+        lines += ["--compile, Table 1's clip 0.2 setting, 300k steps:", ""]
+        lines += ablation_table(found, ["defaults", "compile"], FLAGS_NAMES, random, None, stats)
+    bf16 = flags.get(("bf16", grid.FLAGS_GAME), [])
+    if bf16:
+        game, defaults = grid.FLAGS_GAME, grids["atari"].get(("default", grid.FLAGS_GAME), [])
+        matrices = {
+            k: score_matrix({game: runs}, RANDOM_ATARI, HUMAN_ATARI) for k, runs in (("d", defaults), ("b", bf16))
+        }
+        st = intervals(matrices, "d").get("b", {})
+        ci = st.get("p_improve_ci")
+        p = (
+            f"; P(better than the defaults) {st['p_improve']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({verdict(st)})"
+            if ci
+            else ""
+        )
+        ours, theirs = (pm([r["last_100"] for r in runs], 1) for runs in (bf16, defaults))
+        lines += [f"--bf16, {game}, 1M steps: last 100 games {ours} ({len(bf16)} runs), the defaults' {theirs}{p}", ""]
+    return lines
 
 
 def reward_scaling_lines(figures: dict[str, tuple[list[float], list[float]]]) -> list[str]:
@@ -407,7 +443,7 @@ def main() -> None:
         e
         for e in grid.MUJOCO_ENVS
         if (("default", e) in grids["mujoco"] and (e in cleanrl or e in PPO2_MUJOCO))
-        or ((table1 or table1_1m or details) and e in grid.SMALL_ENVS)
+        or ((table1 or table1_1m or details or grids["flags"]) and e in grid.SMALL_ENVS)
     ]
     random = random_returns(needed, os.path.join(args.records, "random.json"))
     if grids["mujoco"]:
@@ -445,6 +481,7 @@ def main() -> None:
         lines += ["One detail at a time, 300k steps:", ""]
         lines += ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
         panels["One detail at a time"] = (stats, DETAILS_NAMES)
+    lines += flags_lines(grids, random) if grids["flags"] else []
     lines += reward_scaling_lines(REWARD_SCALING_HOPPER)
     if args.per_seed:
         lines += per_seed(grids)

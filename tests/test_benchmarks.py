@@ -80,6 +80,16 @@ def test_named_grids_are_the_protocols_seed_major():
     }
     assert [r.seed for r in table1_1m] == sorted(r.seed for r in table1_1m)
     assert "--total-timesteps 1000000" in " ".join(table1_1m[0].command("/nowhere"))
+    flags = grid.grid_runs("flags")  # learning under --compile and --bf16, beside the defaults' runs
+    assert [r.seed for r in flags] == sorted(r.seed for r in flags)
+    assert {(r.env_id, r.seed, r.steps, r.flags) for r in flags if r.variant == "compile"} == {
+        (e, s, 300_000, ("--compile",)) for e in grid.SMALL_ENVS for s in (1, 2, 3)
+    }
+    bf16 = [r for r in flags if r.variant == "bf16"]
+    assert {(r.env_id, r.seed, r.steps, r.flags, r.script) for r in bf16} == {
+        ("BreakoutNoFrameskip-v4", s, 1_000_000, ("--bf16",), "ppo_atari.py") for s in (1, 3)
+    }
+    assert len(flags) == 9 + 2
     assert {r.steps for r in table1 + details} == {300_000}
     assert [r.seed for r in table1] == sorted(r.seed for r in table1)  # a cut grid has every setting on seed 1
     flags = {r.variant: r.flags for r in table1}

@@ -232,6 +232,25 @@ def test_table1_at_1m_takes_its_clip_02_row_from_the_mujoco_grid_and_scores_ever
     assert "| clipping, eps = 0.2 (default) | - | 30 +- 12 (3) |" not in one_m
 
 
+def test_the_flags_learning_checks_stand_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text(json.dumps({e: 0.0 for e in grid.SMALL_ENVS}))
+    for seed in (1, 2, 3):
+        write_record(records, "table1", "Hopper-v4", seed, 0.0, 1000.0 + seed, "clip-0.2")  # the defaults at 300k
+        write_record(records, "flags", "Hopper-v4", seed, 0.0, 999.0 + 2 * seed, "compile")  # the same, or nearly
+        write_record(records, "atari", "BreakoutNoFrameskip-v4", seed, 0.0, 20.0 + seed)
+    for seed in (1, 3):
+        write_record(records, "flags", "BreakoutNoFrameskip-v4", seed, 0.0, 30.0 + seed, "bf16")
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    compiled = out.stdout.split("--compile, Table 1's clip 0.2 setting, 300k steps:")[1]
+    assert "| the defaults (table1's clip 0.2 runs) | - | 1002 +- 1 (3) | - |" in compiled
+    assert "| --compile | - | 1003 +- 2 (3) | - |" in compiled and "not separated |" in compiled
+    line = "--bf16, BreakoutNoFrameskip-v4, 1M steps: last 100 games 32.0 +- 1.0 (2 runs), the defaults' 22.0 +- 0.8"
+    assert f"{line}; P(better than the defaults) 1.00 [1.00, 1.00] (better)" in out.stdout  # every pair higher
+
+
 def test_the_studies_score_the_last_100_episodes_and_refuse_an_env_that_no_setting_lifts_above_random(monkeypatch):
     monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)  # the point estimates alone are checked
     found = {

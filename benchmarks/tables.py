@@ -449,12 +449,14 @@ def main() -> None:
     if grids["mujoco"]:
         stats = results_stats(grids["mujoco"], grid.PAPER_ENVS, random, PPO2_MUJOCO)
         lines += interval_line(
-            stats, "MuJoCo, the defaults on the PPO paper's seven tasks", "0 random, 1 baselines' ppo2 at 1M steps"
+            stats,
+            "MuJoCo, the defaults on the PPO paper's seven tasks (those with the most seeds)",
+            "0 random, 1 baselines' ppo2 at 1M steps",
         )
         stats = results_stats(grids["mujoco"], grid.MUJOCO_ENVS, random, cleanrl)
         lines += interval_line(
             stats,
-            "MuJoCo, the defaults on the envs with a CleanRL figure",
+            "MuJoCo, the defaults on the envs with a CleanRL figure (those with the most seeds)",
             "0 random, 1 CleanRL's published return",
         )
     if grids["atari"]:

@@ -62,7 +62,7 @@ def test_bf16_runs_the_networks_in_bf16_and_hands_fp32_to_what_follows(module):
     for name, ours, theirs in zip(("log-prob", "entropy", "value"), bf16[1:], fp32[1:]):
         assert ours.dtype == torch.float32, name
         assert torch.allclose(ours, theirs, rtol=0.05, atol=0.05), name  # bf16 keeps about 3 significant digits
-    assert not torch.equal(bf16[3], fp32[3])  # the value's network did run in bf16
+    assert not torch.equal(bf16[1], fp32[1]) and not torch.equal(bf16[3], fp32[3])  # both networks ran in bf16
     assert all(p.dtype == torch.float32 for p in agent.parameters())
 
 
@@ -77,6 +77,9 @@ def test_under_bf16_the_first_minibatch_of_an_update_sees_a_ratio_of_one_and_wei
     agent, optimizer = steps[0][0][:2]
     _, logratio = steps[0][2]  # the first minibatch step of the first update
     assert module.kl_k3(logratio).mean().item() < RATIO_ONE_KL
+    obs = steps[0][0][2][0]  # the network of the run did compute in bf16: its outputs are bf16 numbers, cast
+    out = agent.critic(obs) if module is C else agent.features(obs)
+    assert out.dtype == torch.float32 and torch.equal(out, out.bfloat16().float())
     assert all(p.dtype == torch.float32 for p in agent.parameters())
     adam = [t for s in optimizer.state.values() for t in s.values() if t.is_floating_point() and t.dim() > 0]
     assert adam and all(t.dtype == torch.float32 for t in adam)

@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 
 import cores
@@ -143,7 +145,8 @@ def test_commit_record_commits_that_record_alone_and_waits_out_another_git_comma
     lock = tmp_path / ".git" / "index.lock"  # another git command holds the index: tried again once it is free
     lock.write_text("")
     waits = []
-    monkeypatch.setattr(grid.time, "sleep", lambda s: (waits.append(s), lock.unlink()))
+    wait = lambda s: (waits.append(s), lock.unlink())  # noqa: E731
+    monkeypatch.setattr(grid, "time", types.SimpleNamespace(sleep=wait, time=time.time))  # grid.py's clock alone
     second.write_text("{}")
     assert grid.commit_record(str(second), "Hopper-v4__mujoco-default__2") == "committed" and len(waits) == 1
     assert git("show", "--name-only", "--format=", "HEAD").split() == ["records/Hopper-v4__mujoco-default__2.json"]

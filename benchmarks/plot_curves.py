@@ -2,13 +2,17 @@
 of runs, the mean over its runs and their spread (min to max) on a common grid of environment steps.
 Runs of different environments (the run folder's name starts with the env id) go to separate panels.
 A run is a run folder or a grid.py record (benchmarks/records/*.json: its curve is the mean return of
-its episodes in 100 slices, so it is drawn as it is, without the running mean; a record without a curve,
-one transcribed from a table, is left out with a note).
+its episodes in 100 slices, so it is drawn as it is, without the running mean; a record without a curve, one
+transcribed from a table, is drawn as its final figure, the mean of its last 100 episodes, at its last step, or
+left out with a note where it has none). --env keeps some panels only; --hline ENV=VALUE:LABEL draws a reference
+level in one panel.
 
     python benchmarks/plot_curves.py runs/HalfCheetah-v4__ppo_continuous__* --out docs/halfcheetah.png
     python benchmarks/plot_curves.py --group "clip 0.2=evidence/runs/*__table1-clip-0.2__*" \\
         --group "no clipping=evidence/runs/*__table1-none__*" --out table1.png      # a panel per env
     python benchmarks/plot_curves.py --group "defaults=benchmarks/records/*__atari-default__*.json" --out atari.png
+    python benchmarks/plot_curves.py --group "defaults=benchmarks/records/*__mujoco-default__*.json" \\
+        --env Swimmer-v4 --hline "Swimmer-v4=111.2:ppo2" --out swimmer.png   # one panel, a reference level
 """
 
 import argparse
@@ -39,6 +43,15 @@ def is_record(path: str) -> bool:
 def record_curve(path: str) -> list | None:
     with open(path) as f:
         return json.load(f).get("curve")
+
+
+def record_final(path: str) -> tuple[float, float] | None:
+    """(last step, mean return of the last 100 episodes) of a record, None where it has not both."""
+    with open(path) as f:
+        record = json.load(f)
+    if record.get("steps") is None or record.get("last_100") is None:
+        return None
+    return float(record["steps"]), float(record["last_100"])
 
 
 def load_curve(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,15 +102,26 @@ def parse_groups(positional: list[str], specs: list[str], finished: bool) -> dic
             for k, runs in groups.items()
         }
     for runs in groups.values():
-        for r in [r for r in runs if is_record(r) and not record_curve(r)]:
-            print(f"left out {r}: a record without a curve", file=sys.stderr)
+        for r in [r for r in runs if is_record(r) and not record_curve(r) and not record_final(r)]:
+            print(f"left out {r}: a record without a curve or a final figure", file=sys.stderr)
             runs.remove(r)
-    for label, runs in groups.items():
-        if not runs:
-            sys.exit(f"error: no runs for group {label!r} (run folders, or records with a curve)")
     if not groups:
         sys.exit("error: give run folders or at least one --group LABEL=GLOB")
+    for label in [label for label, runs in groups.items() if not runs]:
+        print(f"left out group {label!r}: no runs yet (run folders, or records)", file=sys.stderr)
+    if not any(groups.values()):
+        sys.exit("error: no runs in any group (run folders, or records with a curve or a final figure)")
     return groups
+
+
+def parse_hline(spec: str) -> tuple[str, float, str]:
+    """(env or "" for every panel, value, label) of --hline [ENV=]VALUE[:LABEL]."""
+    head, _, label = spec.partition(":")
+    panel, _, value = head.rpartition("=")
+    try:
+        return panel, float(value), label
+    except ValueError:
+        sys.exit(f"error: --hline needs [ENV=]VALUE[:LABEL], got {spec!r}")
 
 
 def main() -> None:
@@ -108,29 +132,54 @@ def main() -> None:
     parser.add_argument("--tag", default=RETURN_TAG)
     parser.add_argument("--out", default="curves.png")
     parser.add_argument("--title", default=None, help="the figure's title (default: the env id of each panel)")
-    parser.add_argument("--hline", action="append", default=[], help="a reference level to draw, VALUE or VALUE:LABEL")
+    parser.add_argument("--env", action="append", default=[], help="draw this env's panel only (repeatable)")
+    parser.add_argument(
+        "--hline", action="append", default=[], help="a reference level: VALUE[:LABEL] in every panel, ENV=... in one"
+    )
     args = parser.parse_args()
     groups = parse_groups(args.runs, args.group, args.finished)
+    if args.env:
+        groups = {k: [r for r in runs if env_of(r) in args.env] for k, runs in groups.items()}
     envs = sorted({env_of(r) for runs in groups.values() for r in runs})
+    if not envs:
+        sys.exit(f"error: no runs of {', '.join(args.env)}")
     columns = min(PANEL_COLUMNS, len(envs))
     rows = math.ceil(len(envs) / columns)
+    hlines = [parse_hline(spec) for spec in args.hline]
+    hline_labels = list(dict.fromkeys(label for _, _, label in hlines))
     fig, axes = plt.subplots(rows, columns, figsize=(PANEL_SIZE[0] * columns, PANEL_SIZE[1] * rows), squeeze=False)
     for ax, env in zip(axes.flat, envs):
         for color, (label, runs) in enumerate(groups.items()):
-            env_runs = [r for r in runs if env_of(r) == env]
+            name = f"{label}: " if label else ""
+            finals = [record_final(r) for r in runs if env_of(r) == env and is_record(r) and not record_curve(r)]
+            if finals:  # records that kept no curve: their last 100 episodes' mean, min to max, at the last step
+                steps, values = np.array(finals).T
+                ax.errorbar(
+                    steps.mean(),
+                    values.mean(),
+                    yerr=[[values.mean() - values.min()], [values.max() - values.mean()]],
+                    color=f"C{color}",
+                    marker="o",
+                    capsize=3,
+                    label=f"{name}last 100 episodes of {len(finals)} run(s), no curve kept",
+                )
+                print(f"{env} {label or 'runs'}: last 100 episodes, mean {values.mean():.1f} of {len(finals)} runs")
+            env_runs = [r for r in runs if env_of(r) == env and not (is_record(r) and not record_curve(r))]
             if not env_runs:
                 continue
             grid, ys = mean_and_spread([load_curve(r, args.tag) for r in env_runs])
-            name = f"{label}: " if label else ""
             count = f"mean of {len(env_runs)} runs" if len(env_runs) > 1 else "one run"
             ax.plot(grid, ys.mean(0), color=f"C{color}", label=f"{name}{count}")
             if len(env_runs) > 1:
                 ax.fill_between(grid, ys.min(0), ys.max(0), color=f"C{color}", alpha=0.2)
             final = f"final mean {ys.mean(0)[-1]:.1f} (min {ys.min(0)[-1]:.1f}, max {ys.max(0)[-1]:.1f})"
             print(f"{env} {label or 'runs'}: {final}")
-        for i, spec in enumerate(args.hline):
-            value, _, label = spec.partition(":")
-            ax.axhline(float(value), color=f"C{len(groups) + i}", linestyle="--", linewidth=1, label=label or None)
+        for panel, value, label in hlines:
+            if panel and panel != env:
+                continue
+            color = f"C{len(groups) + hline_labels.index(label)}"  # one color per label across panels
+            ax.axhline(value, color=color, linestyle="--", linewidth=1, label=label or None)
+        ax.set_xlim(left=0)
         ax.set_xlabel("environment steps")
         ax.set_ylabel(args.tag)
         ax.set_title(args.title if args.title and len(envs) == 1 else env)

@@ -130,7 +130,51 @@ def test_plot_curves_draws_records_as_it_draws_run_folders_and_leaves_out_record
     steps, values = plot_curves_load(records / "Hopper-v4__table1-clip-0.2__2.json")
     assert len(steps) == grid.CURVE_POINTS and steps[0] == 2000 and set(values) == {20.0}  # 3 episodes a slice
     only_transcribed = tool("plot_curves.py", str(records / "Hopper-v4__table1-clip-0.2__3.json"))
-    assert only_transcribed.returncode == 1 and "no runs for group ''" in only_transcribed.stderr
+    assert only_transcribed.returncode == 1 and "no runs in any group" in only_transcribed.stderr
+    # a record that kept its final figures but no curve is drawn as its last 100 episodes' mean at its last step
+    for seed, last_100 in ((4, 7.0), (5, 11.0)):
+        final_only = transcribed | {"seed": seed, "steps": 300_000, "last_100": last_100}
+        (records / f"Hopper-v4__table1-clip-0.2__{seed}.json").write_text(json.dumps(final_only))
+    out = tool(
+        "plot_curves.py", "--group", from_records, "--group", "none yet=nothing*", "--out", str(tmp_path / "c.png")
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Hopper-v4 from records: last 100 episodes, mean 9.0 of 2 runs" in out.stdout
+    assert "Hopper-v4 from records: final mean 15.0 (min 10.0, max 20.0)" in out.stdout  # the curves apart
+    assert "left out group 'none yet'" in out.stderr  # a grid under way: its settings not run yet are left out
+
+
+def test_plot_curves_draws_the_panels_asked_for_with_each_panels_reference_levels(tmp_path, monkeypatch):
+    import matplotlib.axes
+    import plot_curves
+
+    runs = tmp_path / "runs"
+    for env_id in ("Hopper-v4", "Swimmer-v4", "Walker2d-v4"):
+        fake_run(runs, env_id, "table1-clip-0.2", 1, [10.0] * 30)
+    drawn = []
+    real_axhline = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "axhline",
+        lambda ax, y, **kw: drawn.append((ax, y, kw["label"], kw["color"])) or real_axhline(ax, y, **kw),
+    )
+    levels = ["--hline", "Hopper-v4=2316.2:ppo2", "--hline", "Swimmer-v4=-6.5:ppo2", "--hline", "5:everywhere"]
+    folders = sorted(map(str, runs.glob("*")))
+    argv = [*folders, "--env", "Hopper-v4", "--env", "Swimmer-v4", *levels, "--out", str(tmp_path / "p.png")]
+    monkeypatch.setattr(sys, "argv", ["plot_curves.py", *argv])
+    plot_curves.main()
+    panels = {(ax.get_title(), y, label, color) for ax, y, label, color in drawn}
+    assert {(title, y, label) for title, y, label, _ in panels} == {
+        ("Hopper-v4", 2316.2, "ppo2"),
+        ("Swimmer-v4", -6.5, "ppo2"),
+        ("Hopper-v4", 5.0, "everywhere"),
+        ("Swimmer-v4", 5.0, "everywhere"),
+    }  # Walker2d-v4 has no panel; each ENV= level in its own panel only
+    assert len({color for _, _, label, color in panels if label == "ppo2"}) == 1  # one color per label
+    bad = tool("plot_curves.py", str(runs / "Hopper-v4__table1-clip-0.2__1__1700000000"), "--hline", "Hopper-v4=high")
+    assert (
+        bad.returncode == 1 and bad.stderr.strip() == "error: --hline needs [ENV=]VALUE[:LABEL], got 'Hopper-v4=high'"
+    )
 
 
 def plot_curves_load(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -487,12 +487,11 @@ def collect_rollout(
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
 
 
-def minibatch_step(
-    agent: Agent, optimizer: torch.optim.Optimizer, minibatch: list[Tensor], adv_moments: tuple[Tensor, Tensor] | None,
-    args: Args, kl_beta: float, clip_coef: float,
-) -> tuple[Tensor, Tensor] | None:  # fmt: skip
-    """One gradient step on a minibatch: its (policy loss, value loss, entropy, grad norm) and the log pi/pi_old of
-    its samples; None, and no step, when its KL already exceeds --target-kl (the policy left the trust region)."""
+def minibatch_loss(
+    agent: Agent, minibatch: list[Tensor], adv_moments: tuple[Tensor, Tensor] | None, args: Args, kl_beta: float,
+    clip_coef: float) -> tuple[Tensor, Tensor, Tensor] | None:  # fmt: skip
+    """One minibatch's PPO loss, its (policy loss, value loss, entropy) and the log pi/pi_old of its samples; None
+    when its KL already exceeds --target-kl (the policy left the trust region: no step on it)."""
     mb_obs, mb_actions, mb_logprobs, mb_values, mb_advantages, mb_returns = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     logratio = newlogprob - mb_logprobs  # log pi(a|s) - log pi_old(a|s)
@@ -506,12 +505,7 @@ def minibatch_step(
     v_loss = value_loss(newvalue, mb_values, mb_returns, clip_coef if args.clip_vloss else None)
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    average_gradients(agent, len(mb_advantages))  # under torchrun: the gradient of every process's samples
-    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-    optimizer.step()
-    return torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), grad_norm]), logratio.detach()
+    return loss, torch.stack([pg_loss, v_loss, entropy_loss]).detach(), logratio.detach()
 
 
 def update(
@@ -524,7 +518,7 @@ def update(
     b_logprobs, b_values = buf.logprobs.flatten()[keep], buf.values.flatten()[keep]
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
     step_stats: list[tuple[Tensor, Tensor]] = []  # per minibatch: (pg loss, v loss, entropy, grad norm), logratio
-    step = torch.compile(minibatch_step) if args.compile else minibatch_step  # compiled at its first call, then reused
+    loss_of = torch.compile(minibatch_loss) if args.compile else minibatch_loss  # compiled at its first call
     epochs_done = 0
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
@@ -533,11 +527,17 @@ def update(
         slices = minibatch_slices(b_obs.shape[0], args.num_minibatches)
         adv_moments = minibatch_moments(epoch[4], slices) if args.norm_adv else [None] * len(slices)
         for mb, moments in zip(slices, adv_moments):
-            stats = step(agent, optimizer, [x[mb] for x in epoch], moments, args, kl_beta, clip_coef)
-            if stats is None:  # --target-kl: no further step on this batch
+            losses = loss_of(agent, [x[mb] for x in epoch], moments, args, kl_beta, clip_coef)
+            if losses is None:  # --target-kl: no further step on this batch
                 break
-            step_stats.append(stats)
-        if stats is None:
+            loss, mb_stats, logratio = losses
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            average_gradients(agent, len(logratio))  # under torchrun: the gradient of every process's samples
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+            optimizer.step()
+            step_stats.append((torch.cat([mb_stats, grad_norm[None]]), logratio))
+        if losses is None:
             break
         epochs_done += 1
     # minibatches differ in size by at most one sample, so the mean over all samples is the mean of means

@@ -1,4 +1,4 @@
-"""--compile and --bf16, by their effects: the compiled minibatch step computes what the eager one computes; bf16
+"""--compile and --bf16, by their effects: the compiled minibatch loss computes what the eager one computes; bf16
 runs the networks in bf16 and nothing after them (the first minibatch of an update sees a ratio of 1 up to rounding);
 a device without bf16 in hardware is refused with one line. The defaults' numbers are same_numbers.py's to hold."""
 
@@ -32,7 +32,7 @@ def run(folder, monkeypatch, module, **overrides) -> dict:
     return scalars(only_run(folder))
 
 
-def test_compile_compiles_the_minibatch_step_and_it_computes_what_the_eager_step_computes(tmp_path, monkeypatch):
+def test_compile_compiles_the_minibatch_loss_and_it_computes_what_the_eager_loss_computes(tmp_path, monkeypatch):
     eager = run(tmp_path / "eager", monkeypatch, C)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -72,12 +72,13 @@ def test_under_bf16_the_first_minibatch_of_an_update_sees_a_ratio_of_one_and_wei
     tmp_path, monkeypatch, module
 ):
     monkeypatch.setattr(C, "POLICY_HEAD_GAIN", 1.0)  # actions that depend on the state: bf16's rounding shows
-    steps = spy(monkeypatch, module, "minibatch_step")
+    losses = spy(monkeypatch, module, "minibatch_loss")
+    updates = spy(monkeypatch, module, "update")
     run(tmp_path / "run", monkeypatch, module, bf16=True)
-    agent, optimizer = steps[0][0][:2]
-    _, logratio = steps[0][2]  # the first minibatch step of the first update
+    (agent, minibatch, *_), _, (_, _, logratio) = losses[0]  # the first minibatch of the first update
     assert module.kl_k3(logratio).mean().item() < RATIO_ONE_KL
-    obs = steps[0][0][2][0]  # the network of the run did compute in bf16: its outputs are bf16 numbers, cast
+    optimizer = updates[0][0][1]
+    obs = minibatch[0]  # the network of the run did compute in bf16: its outputs are bf16 numbers, cast
     out = agent.critic(obs) if module is C else agent.features(obs)
     assert out.dtype == torch.float32 and torch.equal(out, out.bfloat16().float())
     assert all(p.dtype == torch.float32 for p in agent.parameters())

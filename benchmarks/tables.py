@@ -27,6 +27,7 @@ on Atari.
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -288,15 +289,22 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
             p, p_ci = rly.get_interval_estimates(
                 pairs, metrics.probability_of_improvement, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE
             )
-            for k in pairs:
+            for k, (m, base) in pairs.items():
                 out[k] |= {"p_improve": float(p[k]), "p_improve_ci": [float(x) for x in np.ravel(p_ci[k])]}
+                # the smallest two-sided p an exact rank test could give these run counts: every run of one setting
+                # above every run of the other on every env, each env's orderings equally likely under chance
+                out[k]["least_p"] = 2.0 / math.comb(len(m) + len(base), len(m)) ** m.shape[1]
     return out
 
 
 def verdict(stats: dict) -> str:
-    """'better' or 'worse' than the baseline only where the interval of P(improvement) excludes 1/2."""
+    """'better' or 'worse' than the baseline only where the interval of P(improvement) excludes 1/2, and where the
+    runs are enough for any ordering to exclude chance: 2 runs against 3 on one env can not (a bootstrap over so
+    few runs gives an interval of width 0 when they do not overlap, which says nothing)."""
     if "p_improve_ci" not in stats:
         return "-"
+    if stats.get("least_p", 0.0) > 1 - CONFIDENCE:
+        return "too few runs"
     low, high = stats["p_improve_ci"]
     return "better" if low > 0.5 else "worse" if high < 0.5 else "not separated"
 

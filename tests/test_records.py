@@ -101,6 +101,18 @@ def test_the_iqm_and_its_interval_are_rliables_and_verdicts_need_the_interval_to
     assert fewer["higher, 2 seeds"]["p_improve"] == 1.0  # runs of every env compared, whatever their number
 
 
+def test_no_verdict_where_the_runs_are_too_few_for_any_ordering_to_exclude_chance(monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)
+    defaults = np.array([[29.1], [21.8], [23.5]])  # (seeds, envs): one game, 3 runs
+    two_above = tables.intervals({"defaults": defaults, "flag": np.array([[32.3], [33.0]])}, "defaults")["flag"]
+    assert two_above["p_improve_ci"] == [1.0, 1.0]  # the bootstrap's interval has no width: every run above every run
+    assert two_above["least_p"] == pytest.approx(2 / 10) and tables.verdict(two_above) == "too few runs"
+    three_each = tables.intervals({"defaults": defaults, "flag": defaults + 50}, "defaults")["flag"]
+    assert tables.verdict(three_each) == "too few runs"  # 3 against 3 on one env: at best p = 2/20
+    three_envs = tables.intervals({"defaults": np.ones((3, 3)), "flag": np.ones((3, 3)) + 1}, "defaults")["flag"]
+    assert three_envs["least_p"] == pytest.approx(2 / 20**3) and tables.verdict(three_envs) == "better"
+
+
 def test_scores_are_normalized_per_env_over_the_seeds_that_ran_on_every_env():
     runs = {
         "Hopper-v4": [{"seed": 1, "last_100": 110.0}, {"seed": 2, "last_100": 210.0}, {"seed": 3, "last_100": 0.0}],
@@ -264,10 +276,11 @@ def test_table1_at_1m_takes_its_clip_02_row_from_the_mujoco_grid_and_scores_ever
     records.mkdir()
     (records / "random.json").write_text(json.dumps({e: 0.0 for e in grid.SMALL_ENVS}))
     for seed in (1, 2, 3):
-        write_record(records, "mujoco", "Hopper-v4", seed, 0.0, 1000.0 + seed)  # the defaults: clip 0.2
-        write_record(records, "table1", "Hopper-v4", seed, 0.0, 10.0 * seed, "clip-0.2")  # 300k: not at 1M
-        write_record(records, "table1-1m", "Hopper-v4", seed, 0.0, 2000.0 + seed, "clip-0.1")
-        write_record(records, "table1-1m", "Hopper-v4", seed, 0.0, 500.0 + seed, "none")
+        for env_id in grid.SMALL_ENVS:  # three envs: 3 runs against 3 on one env can not exclude chance
+            write_record(records, "mujoco", env_id, seed, 0.0, 1000.0 + seed)  # the defaults: clip 0.2
+            write_record(records, "table1", env_id, seed, 0.0, 10.0 * seed, "clip-0.2")  # 300k: not at 1M
+            write_record(records, "table1-1m", env_id, seed, 0.0, 2000.0 + seed, "clip-0.1")
+            write_record(records, "table1-1m", env_id, seed, 0.0, 500.0 + seed, "none")
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
     one_m = out.stdout.split("Table 1, 1M steps:")[1]
@@ -275,8 +288,8 @@ def test_table1_at_1m_takes_its_clip_02_row_from_the_mujoco_grid_and_scores_ever
     assert rows["clipping, eps = 0.2 (default)"][2] == "1002 +- 1 (3)"  # the mujoco grid's runs, not table1's
     assert rows["clipping, eps = 0.1"][2] == "2002 +- 1 (3)" and rows["clipping, eps = 0.1"][-1] == "better |"
     assert rows["no clipping or penalty"][-1] == "worse |"
-    assert float(rows["clipping, eps = 0.1"][4]) == 1.0  # the best setting of the env scores 1
-    assert "| clipping, eps = 0.2 (default) | - | 30 +- 12 (3) |" not in one_m
+    assert float(rows["clipping, eps = 0.1"][4]) == 1.0  # the best setting of each env scores 1
+    assert "30 +- 12 (3)" not in one_m
 
 
 def test_the_flags_learning_checks_stand_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path):
@@ -284,18 +297,20 @@ def test_the_flags_learning_checks_stand_beside_the_defaults_runs_with_the_proba
     records.mkdir()
     (records / "random.json").write_text(json.dumps({e: 0.0 for e in grid.SMALL_ENVS}))
     for seed in (1, 2, 3):
-        write_record(records, "table1", "Hopper-v4", seed, 0.0, 1000.0 + seed, "clip-0.2")  # the defaults at 300k
-        write_record(records, "flags", "Hopper-v4", seed, 0.0, 999.0 + 2 * seed, "compile")  # the same, or nearly
+        for env_id in grid.SMALL_ENVS:
+            write_record(records, "table1", env_id, seed, 0.0, 1000.0 + seed, "clip-0.2")  # the defaults at 300k
+            write_record(records, "flags", env_id, seed, 0.0, 999.0 + 2 * seed, "compile")  # the same, or nearly
         write_record(records, "atari", "BreakoutNoFrameskip-v4", seed, 0.0, 20.0 + seed)
     for seed in (1, 3):
         write_record(records, "flags", "BreakoutNoFrameskip-v4", seed, 0.0, 30.0 + seed, "bf16")
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
     compiled = out.stdout.split("--compile, Table 1's clip 0.2 setting, 300k steps:")[1]
-    assert "| the defaults (table1's clip 0.2 runs) | - | 1002 +- 1 (3) | - |" in compiled
-    assert "| --compile | - | 1003 +- 2 (3) | - |" in compiled and "not separated |" in compiled
+    assert "| the defaults (table1's clip 0.2 runs) | 1002 +- 1 (3) | 1002 +- 1 (3) | 1002 +- 1 (3) |" in compiled
+    assert "| --compile | 1003 +- 2 (3) | 1003 +- 2 (3) | 1003 +- 2 (3) |" in compiled
+    assert compiled.split("\n\n")[1].splitlines()[-1].endswith(" | not separated |")
     line = "--bf16, BreakoutNoFrameskip-v4, 1M steps: last 100 games 32.0 +- 1.0 (2 runs), the defaults' 22.0 +- 0.8"
-    assert f"{line}; P(better than the defaults) 1.00 [1.00, 1.00] (better)" in out.stdout  # every pair higher
+    assert f"{line}; P(better than the defaults) 1.00 [1.00, 1.00] (too few runs)" in out.stdout  # 2 against 3
 
 
 def test_the_studies_score_the_last_100_episodes_and_refuse_an_env_that_no_setting_lifts_above_random(monkeypatch):
@@ -386,6 +401,13 @@ def test_the_reward_scaling_line_gives_the_probability_that_baselines_semantics_
     monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)
     higher = {"evaluation": ([3.0, 4.0, 5.0], [1.0, 2.0, 2.5]), "last 200k steps": ([1.0, 2.0, 2.5], [3.0, 4.0, 5.0])}
     line = tables.reward_scaling_lines(higher)[0]
+    assert "evaluation 1.00 [1.00, 1.00] (too few runs)" in line  # 3 runs each: at best p = 2/20
+    assert "last 200k steps 0.00 [0.00, 0.00] (too few runs)" in line
+    five = {
+        "evaluation": ([3, 4, 5, 6, 7], [0, 1, 2, 2.5, 2.7]),
+        "last 200k steps": ([0, 1, 2, 2.5, 2.7], [3, 4, 5, 6, 7]),
+    }
+    line = tables.reward_scaling_lines(five)[0]
     assert "evaluation 1.00 [1.00, 1.00] (better)" in line and "last 200k steps 0.00 [0.00, 0.00] (worse)" in line
     two_pairs_lower = tables.reward_scaling_lines({"evaluation": ([3.0, 2.0, 5.0], [2.5, 2.4, 1.0])})[0]
     assert "evaluation 0.78 [" in two_pairs_lower  # 7 of the 9 pairs: each run of one side against each of the other

@@ -429,7 +429,7 @@ def test_plot_curves_draws_labelled_groups_in_a_panel_per_env(tmp_path):
         text=True,
         timeout=HANG_TIMEOUT,
     )
-    assert bad.returncode == 1 and "no runs for group 'x'" in bad.stderr
+    assert bad.returncode == 1 and "no runs in any group" in bad.stderr and "left out group 'x'" in bad.stderr
 
 
 def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, monkeypatch):

@@ -32,16 +32,21 @@ def run(folder, monkeypatch, module, **overrides) -> dict:
     return scalars(only_run(folder))
 
 
-def test_compile_compiles_the_minibatch_loss_and_it_computes_what_the_eager_loss_computes(tmp_path, monkeypatch):
-    eager = run(tmp_path / "eager", monkeypatch, C)
+@pytest.mark.parametrize("module", [C, A])
+def test_compile_compiles_the_minibatch_loss_and_it_computes_what_the_eager_loss_computes(
+    tmp_path, monkeypatch, module
+):
+    eager = run(tmp_path / "eager", monkeypatch, module)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = run(tmp_path / "compiled", monkeypatch, C, compile=True)
+    compiled = run(tmp_path / "compiled", monkeypatch, module, compile=True)
     assert torch._dynamo.utils.counters["frames"]["ok"] > 0  # something was compiled
-    assert compiled["charts/episodic_return"][:1] == eager["charts/episodic_return"][:1]  # the first rollout: eager
+    assert (
+        compiled.get("charts/episodic_return", [])[:1] == eager.get("charts/episodic_return", [])[:1]
+    )  # eager rollout
     for tag in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/grad_norm"):
         (step, ours), (_, theirs) = compiled[tag][0], eager[tag][0]  # the first update: the last bits may differ
-        assert step == 256 and ours == pytest.approx(theirs, rel=1e-3, abs=1e-7), tag
+        assert step == (256 if module is C else 64) and ours == pytest.approx(theirs, rel=1e-3, abs=1e-7), tag
 
 
 @pytest.mark.parametrize("module", [C, A])

@@ -244,12 +244,12 @@ def ablation_table(
 
 
 def interval_cells(st: dict) -> str:
-    iqm = f"{st['iqm']:.2f} [{st['iqm_ci'][0]:.2f}, {st['iqm_ci'][1]:.2f}]" if "iqm" in st else "-"
-    p = (
-        f"{st['p_improve']:.2f} [{st['p_improve_ci'][0]:.2f}, {st['p_improve_ci'][1]:.2f}]"
-        if "p_improve" in st
-        else "-"
-    )
+    """A row's IQM and P(improvement) with their intervals; one seed per env has none (a bootstrap over one run per
+    env resamples nothing, so its interval would have no width)."""
+    one_seed = st.get("seeds", 2) < 2
+    ci = lambda k: " (one seed)" if one_seed else f" [{st[k][0]:.2f}, {st[k][1]:.2f}]"  # noqa: E731
+    iqm = f"{st['iqm']:.2f}{ci('iqm_ci')}" if "iqm" in st else "-"
+    p = f"{st['p_improve']:.2f}{ci('p_improve_ci')}" if "p_improve" in st else "-"
     return f" {iqm} | {p} | {verdict(st)} |"
 
 
@@ -299,11 +299,11 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
 
 def verdict(stats: dict) -> str:
     """'better' or 'worse' than the baseline only where the interval of P(improvement) excludes 1/2, and where the
-    runs are enough for any ordering to exclude chance: 2 runs against 3 on one env can not (a bootstrap over so
-    few runs gives an interval of width 0 when they do not overlap, which says nothing)."""
+    runs are enough for any ordering to exclude chance: 2 runs against 3 on one env can not, nor can one seed per env
+    (a bootstrap over so few runs gives an interval of width 0 when they do not overlap, which says nothing)."""
     if "p_improve_ci" not in stats:
         return "-"
-    if stats.get("least_p", 0.0) > 1 - CONFIDENCE:
+    if stats.get("seeds", 2) < 2 or stats.get("least_p", 0.0) > 1 - CONFIDENCE:
         return "too few runs"
     low, high = stats["p_improve_ci"]
     return "better" if low > 0.5 else "worse" if high < 0.5 else "not separated"

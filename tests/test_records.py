@@ -111,6 +111,10 @@ def test_no_verdict_where_the_runs_are_too_few_for_any_ordering_to_exclude_chanc
     assert tables.verdict(three_each) == "too few runs"  # 3 against 3 on one env: at best p = 2/20
     three_envs = tables.intervals({"defaults": np.ones((3, 3)), "flag": np.ones((3, 3)) + 1}, "defaults")["flag"]
     assert three_envs["least_p"] == pytest.approx(2 / 20**3) and tables.verdict(three_envs) == "better"
+    one_seed = tables.intervals({"defaults": np.ones((3, 3)), "flag": np.zeros((1, 3))}, "defaults")["flag"]
+    assert one_seed["least_p"] < 0.05 and one_seed["p_improve_ci"] == [0.0, 0.0]  # a grid cut after its first seed
+    assert tables.verdict(one_seed) == "too few runs"
+    assert tables.interval_cells(one_seed) == " 0.00 (one seed) | 0.00 (one seed) | too few runs |"
 
 
 def test_scores_are_normalized_per_env_over_the_seeds_that_ran_on_every_env():

@@ -447,7 +447,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
     b_states, b_actions, b_logprobs = buf.states.ravel(), buf.actions.ravel(), buf.logprobs.ravel()
     b_advantages, b_returns = advantages.ravel(), returns.ravel()
     pi_old = agent.policy()
-    logratios, epochs_done = [], 0
+    logratios, entropies, epochs_done = [], [], 0
     for _epoch in range(args.update_epochs):
         perm = rng.permutation(args.batch_size)
         stop = False
@@ -470,6 +470,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
                 kl_beta,
                 args.ent_coef,
             )
+            entropies.append(entropy(pi[b_states[mb]]).mean())  # of the policy this step starts from
             agent.logits += agent.policy_optimizer.step(-grad)  # gradient ascent on the objective
             _, v_grad = ppo_value_loss(agent.values[b_states[mb]], b_returns[mb])
             v_grad_sum, visits = np.zeros(NUM_STATES), np.zeros(NUM_STATES)
@@ -488,7 +489,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
     return {
         "losses/approx_kl": float(kl_k3(logratio).mean()),
         "losses/clipfrac": float((np.abs(ratio - 1) > args.clip_coef).mean()),
-        "losses/entropy": float(entropy(pi[b_states]).mean()),
+        "losses/entropy": float(np.mean(entropies)) if entropies else float("nan"),
         "losses/ratio_max": float(ratio.max()),
         "losses/ratio_min": float(ratio.min()),
         "losses/ess": effective_sample_size(ratio) / len(ratio),

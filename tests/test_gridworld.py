@@ -620,3 +620,34 @@ def test_advantages_are_normalized_within_each_minibatch(monkeypatch):
     for args, _, _ in calls:
         advantages = args[5]  # what the minibatch's gradient was weighted by
         assert abs(advantages.mean()) < 1e-9 and advantages.std() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_each_epoch_reshuffles_the_whole_batch_into_new_minibatches(monkeypatch):
+    buf = rollout_for_flags()
+    # distinct log-probs name the samples, so each minibatch's b_logprobs[mb] says which samples it holds
+    buf.logprobs = -np.random.default_rng(3).permutation(buf.states.size).reshape(buf.states.shape) / buf.states.size
+    calls = spy(monkeypatch, G, "policy_gradient")
+    updated(buf, num_minibatches=4, update_epochs=2, target_kl=None)
+    minibatches = [frozenset(args[4].tolist()) for args, _, _ in calls]
+    assert len(minibatches) == 8 and all(len(mb) == buf.states.size // 4 for mb in minibatches)
+    first, second = set(minibatches[:4]), set(minibatches[4:])
+    assert frozenset().union(*first) == frozenset().union(*second) == frozenset(buf.logprobs.ravel().tolist())
+    assert first.isdisjoint(second)  # a fresh permutation per epoch, not the first epoch's minibatches again
+
+
+def test_entropy_and_approx_kl_are_averaged_over_every_minibatch_step(monkeypatch):
+    buf = rollout_for_flags()
+    calls = spy(monkeypatch, G, "policy_gradient")
+    args = G.Args(update_epochs=4, learning_rate=0.3, target_kl=None)
+    agent = G.Agent.uniform(args.learning_rate)
+    agent.logits = np.random.default_rng(2).normal(size=agent.logits.shape)
+    pi_old = agent.policy()
+    metrics = G.update(agent, buf, args, 1.0, np.random.default_rng(1))
+    # the entropy of the policy each step started from (args[0]) on its minibatch's states (args[2])
+    entropies = [G.entropy(a[0][a[2]]).mean() for a, _, _ in calls]
+    assert metrics["losses/entropy"] == pytest.approx(np.mean(entropies))
+    assert abs(metrics["losses/entropy"] - G.entropy(pi_old[buf.states.ravel()]).mean()) > 1e-3
+    # the k3 estimator E[(r - 1) - log r] over every sample of every step, not k1's E[-log r]
+    logratio = np.concatenate([result[1] for _, _, result in calls])
+    assert metrics["losses/approx_kl"] == pytest.approx(np.mean(np.expm1(logratio) - logratio))
+    assert abs(metrics["losses/approx_kl"] - np.mean(-logratio)) > 1e-4

@@ -327,9 +327,13 @@ def test_the_studies_score_the_last_100_episodes_and_refuse_an_env_that_no_setti
     assert scores == {"clip-0.2": [1.0], "clip-0.3": [pytest.approx(2 / 3)]}  # the best mean last 100 scores 1
     with pytest.raises(SystemExit, match="no setting beats the random policy on Hopper-v4"):
         tables.normalized_scores(found, ["clip-0.2", "clip-0.3"], {"Hopper-v4": 300.0})
-    runs = [{"seed": s, "last_100": 100.0 * s, "last_10": 1000.0} for s in (1, 2, 3)]
+    # seeds skewed so that their mean (200) is not their median (100): 1 is the mean, the paper's "average"
+    runs = [{"seed": s, "last_100": x, "last_10": 1000.0} for s, x in ((1, 100.0), (2, 100.0), (3, 400.0))]
+    found = {("clip-0.2", "Hopper-v4"): runs, ("clip-0.3", "Hopper-v4"): [{"seed": 1, "last_100": 150.0}]}
+    scores = tables.normalized_scores(found, ["clip-0.2", "clip-0.3"], {"Hopper-v4": 0.0})
+    assert scores == {"clip-0.2": [0.5, 0.5, 2.0], "clip-0.3": [0.75]}
     st = tables.study_stats({("clip-0.2", "Hopper-v4"): runs}, ["clip-0.2"], {"Hopper-v4": 0.0}, "clip-0.2")
-    assert st["clip-0.2"]["iqm"] == pytest.approx(1.0)  # 1 is the baseline's mean last 100 (200): scores 0.5, 1, 1.5
+    assert st["clip-0.2"]["iqm"] == pytest.approx(1.0)  # scores 0.5, 0.5, 2 (three runs: the IQM trims none)
 
 
 def test_a_tie_is_not_separated_and_a_settings_intervals_do_not_depend_on_the_other_settings(monkeypatch):

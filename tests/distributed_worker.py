@@ -3,6 +3,7 @@
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py update OUT_DIR
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py target_kl OUT_DIR
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py collectives OUT_DIR
+torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py merge OUT_DIR
 torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py train OUT_DIR -- SCRIPT_FLAGS...
 (with the repository root on PYTHONPATH, as test_distributed.py's torchrun sets it)
 """
@@ -95,8 +96,40 @@ def collectives(out_dir: str) -> None:
     torch.save({"mean": C.global_mean(x), "var": C.global_var(x)}, f"{out_dir}/collectives{C.RANK}.pt")
 
 
+def wrapped_stats(obs_rms: "C.RunningMeanStd", return_rms: "C.RunningMeanStd"):
+    """A stand-in for the chain of wrappers around the envs: the running statistics are all merging reads."""
+    from types import SimpleNamespace
+
+    inner = SimpleNamespace(obs_rms=obs_rms, return_rms=return_rms, update_running_mean=True, env=None)
+    return SimpleNamespace(env=inner)
+
+
+def merge_data(rank: int) -> tuple:
+    """What rank r saw since the last merge: 5 + 3 r observations around 10 r, returns around -r (so the
+    ranks' means differ, and the merged variance must count their spread)."""
+    g = torch.Generator().manual_seed(rank)
+    n = 5 + 3 * rank
+    return (10.0 * rank + torch.randn(n, 3, generator=g)).double().numpy(), (
+        torch.randn(n, generator=g) - rank
+    ).double().numpy()
+
+
+def merge(out_dir: str) -> None:
+    """merge_normalization after each rank went on from the same prior with its own data; each rank writes the
+    statistics it goes on with."""
+    C.start_distributed(torch.nn.Linear(1, 1), torch.device("cpu"))
+    obs_rms, return_rms = C.RunningMeanStd((3,)), C.RunningMeanStd(())
+    obs_rms.update(torch.arange(12.0).view(4, 3).double().numpy())  # the prior: the last merge's statistics
+    envs = wrapped_stats(obs_rms, return_rms)
+    prior = C.normalization_state(envs)
+    obs, returns = merge_data(C.RANK)
+    obs_rms.update(obs)
+    return_rms.update(returns)
+    torch.save(C.merge_normalization(envs, prior), f"{out_dir}/merge{C.RANK}.pt")
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
-    {"update": update, "target_kl": target_kl, "collectives": collectives}[mode](out) if mode != "train" else train(
-        out, sys.argv[4:]
-    )
+    {"update": update, "target_kl": target_kl, "collectives": collectives, "merge": merge}[mode](
+        out
+    ) if mode != "train" else train(out, sys.argv[4:])

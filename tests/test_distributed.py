@@ -11,11 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars, wait_for_checkpoint
-from distributed_worker import fixed_batch
+from distributed_worker import fixed_batch, merge_data
 
 import ppo_continuous as C
 
@@ -62,6 +63,23 @@ def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
         got = torch.load(tmp_path / f"collectives{r}.pt", weights_only=True)
         assert got["mean"].item() == pytest.approx(every.mean().item(), rel=1e-6)  # not the mean of the 2 means
         assert got["var"].item() == pytest.approx(every.var().item(), rel=1e-6)
+
+
+def test_merged_normalization_is_one_running_mean_std_over_every_rank_s_observations(tmp_path):
+    proc = torchrun(2, WORKER, "merge", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    obs_rms, return_rms = C.RunningMeanStd((3,)), C.RunningMeanStd(())
+    obs_rms.update(torch.arange(12.0).view(4, 3).double().numpy())  # the same prior, then both ranks' data
+    for rank in (0, 1):
+        obs, returns = merge_data(rank)
+        obs_rms.update(obs)
+        return_rms.update(returns)
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"merge{rank}.pt", weights_only=True)
+        for name, rms in (("obs_rms", obs_rms), ("return_rms", return_rms)):
+            assert got[f"{name}.count"].item() == pytest.approx(rms.count)  # the prior counted once
+            np.testing.assert_allclose(got[f"{name}.mean"].numpy(), rms.mean, rtol=1e-9)
+            np.testing.assert_allclose(got[f"{name}.var"].numpy(), rms.var, rtol=1e-9)  # with the ranks' spread
 
 
 @pytest.fixture(scope="module")

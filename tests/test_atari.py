@@ -336,6 +336,9 @@ def test_learning_sees_sign_clipped_rewards_and_life_losses_while_the_log_gets_t
     assert terminations == 3 and lives == [2, 1, 0]  # each life lost ended a learning episode
     (episode,) = episodes  # one record for the whole game, none per life
     assert episode["r"] >= 5 * sum(rewards)  # the raw score, at least 5 points per scoring step
+    # its length in agent steps (each of 4 frames), with the few that each reset takes (no-op, FIRE, second
+    # start action); not in emulator frames, as statistics recorded below the frame skip would count them
+    assert len(rewards) <= episode["l"] <= len(rewards) + 3 * (terminations + 1)
     env.close()
 
 

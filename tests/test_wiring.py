@@ -130,8 +130,11 @@ def test_the_truncated_tail_bootstraps_unless_told_not_to(tmp_path, monkeypatch)
 
 def test_annealed_rate_and_clip_reach_the_optimizer_the_update_and_the_log(tmp_path, monkeypatch):
     wire = Wire(monkeypatch)
-    _, args = run_main(tmp_path, monkeypatch, anneal_clip=True, learning_rate=1e-3, clip_coef=0.3)
+    # 1300 steps run 3 iterations of 400: the schedule falls over the 1200 that run, not over 1300
+    kwargs = dict(anneal_clip=True, learning_rate=1e-3, clip_coef=0.3, total_timesteps=1300)
+    _, args = run_main(tmp_path, monkeypatch, **kwargs)
     n = args.num_iterations
+    assert n == 3
     assert [u["lr"] for u in wire.updates] == pytest.approx([1e-3 * (1 - i / n) for i in range(n)])
     assert [u["clip_coef"] for u in wire.updates] == pytest.approx([0.3 * (1 - i / n) for i in range(n)])
     assert all(u["adam_eps"] == C.ADAM_EPS for u in wire.updates)

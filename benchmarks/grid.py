@@ -137,11 +137,16 @@ class Run:
         return f"{self.grid}-{self.variant}"
 
     @property
+    def env_name(self) -> str | None:
+        """env_id as the scripts spell it in a run folder's name: '/' and ':' (ALE/Pong-v5, module:EnvId) as '-'"""
+        return self.env_id and self.env_id.replace("/", "-").replace(":", "-")
+
+    @property
     def label(self) -> str:
-        return f"{self.env_id or 'default-env'}__{self.exp_name}__{self.seed}"
+        return f"{self.env_name or 'default-env'}__{self.exp_name}__{self.seed}"
 
     def folders(self, runs_dir: str) -> list[str]:
-        pattern = f"{glob.escape(self.env_id) if self.env_id else '*'}__{self.exp_name}__{self.seed}__*"
+        pattern = f"{glob.escape(self.env_name) if self.env_name else '*'}__{self.exp_name}__{self.seed}__*"
         return sorted(glob.glob(os.path.join(runs_dir, pattern)))
 
     def state(self, runs_dir: str) -> tuple[str, str | None]:

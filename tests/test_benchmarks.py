@@ -177,6 +177,11 @@ def test_a_run_is_resumed_when_cut_and_skipped_when_finished(tmp_path):
     assert run.state(str(tmp_path)) == ("done", str(done))  # a finished run beats a newer cut one
     done.joinpath("summary.json").unlink()
     assert run.state(str(tmp_path)) == ("cut", str(newer))  # of two cut runs, the newer checkpoint
+    for env_id, folder_name in (("ALE/Pong-v5", "ALE-Pong-v5"), ("my_envs:Point-v0", "my_envs-Point-v0")):
+        (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", env_id], "n")
+        assert ad_hoc.state(str(tmp_path)) == ("missing", None) and "/" not in ad_hoc.label
+        finished = fake_run(tmp_path, folder_name, "seeds-n", 1, [1.0])  # named as the scripts name it
+        assert ad_hoc.state(str(tmp_path)) == ("done", str(finished))
 
 
 def test_a_cut_patched_variant_resumes_with_its_patch(tmp_path):
@@ -222,6 +227,8 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     failing, unfinished = make("fail", "Hopper-v4"), make("nosummary", "Hopper-v4")
     (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--clip-coef", "0.1", "--env-id", "Hopper-v4"], "x")
     cut_folder = fake_run(runs_dir, "Hopper-v4", "table1-b", 1, [1.0], done=False)
+    (runs_dir.parent / "logs").mkdir(parents=True)
+    (runs_dir.parent / "logs" / "Hopper-v4__table1-b__1.log").write_text("why it was cut\n")
     fake_run(runs_dir, "Hopper-v4", "table1-c", 1, [1.0])
     records = tmp_path / "records"
     failed = grid.run(
@@ -242,6 +249,8 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     assert missing.state(str(runs_dir))[0] == cut.state(str(runs_dir))[0] == ad_hoc.state(str(runs_dir))[0] == "done"
     assert len(list((runs_dir.parent / "logs").glob("*.log"))) == 5 and not list(runs_dir.glob("*.log"))
     assert "trained" in (runs_dir.parent / "logs" / "Hopper-v4__table1-a__1.log").read_text()
+    resumed_log = (runs_dir.parent / "logs" / "Hopper-v4__table1-b__1.log").read_text()
+    assert resumed_log.startswith("why it was cut\n") and "trained" in resumed_log  # the log goes on, kept
     # each run of a named grid that finished here left its record (the one done before, and the ad-hoc one, none)
     assert sorted(p.name for p in records.iterdir()) == ["Hopper-v4__table1-a__1.json", "Hopper-v4__table1-b__1.json"]
 

@@ -283,8 +283,9 @@ def test_capture_video_wraps_the_first_environment_only():
 
 
 class Scripted(gym.Env):
-    """A 2-d observation and 1-d action env: reward 1000 per step, 5-step episodes, an observation
-    that spikes to 1e6 once, at the SPIKE-th step taken by any copy; records every action it receives."""
+    """A 2-d observation and 1-d action env: reward 1000 per step, 5-step episodes, an observation that spikes
+    to (1e6, -1e6) and a reward of -1e7 once, at the SPIKE-th step taken by any copy; records every action it
+    receives."""
 
     observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
     action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -299,8 +300,9 @@ class Scripted(gym.Env):
     def step(self, action):
         Scripted.actions.append(np.array(action))
         self.t += 1
-        obs = np.full(2, 1e6) if len(Scripted.actions) == Scripted.SPIKE else self.np_random.normal(size=2)
-        return obs, 1000.0, self.t == 5, False, {}
+        spike = len(Scripted.actions) == Scripted.SPIKE
+        obs = np.array([1e6, -1e6]) if spike else self.np_random.normal(size=2)
+        return obs, -1e7 if spike else 1000.0, self.t == 5, False, {}
 
 
 @pytest.fixture
@@ -325,11 +327,12 @@ def test_chain_clips_actions_and_observations_scales_rewards_and_records_raw_ret
     assert all(a[0] == 1.0 for a in Scripted.actions[::2])  # 5.0 reached the env clipped to the bound
     assert all(a[0] == -0.5 for a in Scripted.actions[1::2])
     obs = np.stack(seen_obs)
-    assert np.abs(obs).max() == 10.0  # the spike, 17 std out, hit the clip at +-10 and went no further
+    assert obs.max() == 10.0 and obs.min() == -10.0  # the spike, 17 std out, hit the clip at +-10, no further
     assert np.sort(np.abs(obs).ravel())[-3] < 10.0  # and nothing else reached it
     rewards = np.stack(seen_rewards)
     assert rewards.max() == 10.0  # the first 1000s, scaled by a std still near 1, clipped at +-10
-    assert episodes and all(r == 5000.0 for r in episodes)  # the episode statistics keep raw returns
+    assert rewards.min() == -10.0  # the -1e7, thousands of std out, clipped at -10
+    assert episodes and {float(r) for r in episodes} == {5000.0, 4000.0 - 1e7}  # the statistics keep raw returns
     reward_wrapper = find_wrapper(envs, C.ScaleReward)
     assert reward_wrapper.return_rms.count > 1  # the reward statistics are being learned
 

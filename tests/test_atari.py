@@ -286,28 +286,27 @@ def test_the_diff_against_the_continuous_script_has_at_most_15_hunks():
     assert 0 < len(hunks) <= 15
 
 
+TINY_ATARI = ("--num-envs", "2", "--num-steps", "64", "--total-timesteps", "128", "--num-minibatches", "2")
+
+
 @pytest.mark.parametrize("envs", [[], ["--async-envs"]], ids=["sync", "async"])
-def test_capture_video_writes_an_mp4_under_videos_run_name(tmp_path, envs):
+def test_capture_video_films_training_and_the_closing_evaluation_apart(tmp_path, envs):
+    proc = run_script(tmp_path, "ppo_atari.py", *TINY_ATARI, "--eval-episodes", "1", "--capture-video", *envs)
+    assert proc.returncode == 0, proc.stderr
+    videos = tmp_path / "videos" / only_run(tmp_path).name
+    assert list(videos.glob("*.mp4")) and list((videos / "eval").glob("*.mp4"))  # neither overwrites the other
+
+
+def test_eval_checkpoint_films_a_policy_trained_without_video(tmp_path):
+    proc = run_script(tmp_path, "ppo_atari.py", *TINY_ATARI, "--eval-episodes", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "videos").exists()
+    checkpoint = str(only_run(tmp_path) / A.CHECKPOINT)
     proc = run_script(
-        tmp_path,
-        "ppo_atari.py",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "64",
-        "--total-timesteps",
-        "128",
-        "--num-minibatches",
-        "2",
-        "--update-epochs",
-        "1",
-        "--eval-episodes",
-        "0",
-        "--capture-video",
-        *envs,
+        tmp_path, "ppo_atari.py", "--eval-checkpoint", checkpoint, "--eval-episodes", "1", "--capture-video"
     )
     assert proc.returncode == 0, proc.stderr
-    assert list((tmp_path / "videos" / only_run(tmp_path).name).glob("*.mp4"))
+    assert list((tmp_path / "videos" / only_run(tmp_path).name / "eval").glob("*.mp4"))
 
 
 # --- the real wrapper chain --------------------------------------------------------------------

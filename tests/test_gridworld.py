@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, spy
+from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars, spy
 
 import ppo_gridworld as G
 
@@ -209,7 +209,11 @@ def test_the_script_writes_a_graded_summary_and_tensorboard_events(tmp_path):
     run = only_run(tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert {"true_return", "optimal_return", "greedy_optimal_fraction", "critic_max_error"} <= summary.keys()
-    assert list(run.glob("events.out.tfevents.*"))
+    logged = scalars(run)
+    batch = G.Args().batch_size
+    for tag in ("charts/true_return", "losses/approx_kl", "losses/entropy", "losses/clipfrac"):
+        assert [step for step, _ in logged[tag]] == [batch, 2 * batch, 3 * batch]  # against env steps, as the others
+    assert logged["charts/true_return"][-1][1] == pytest.approx(summary["true_return"], rel=1e-6)
 
 
 def test_the_surrogate_study_agrees_to_first_order_near_pi_obeys_the_trpo_bound_and_is_saved(tmp_path):

@@ -337,7 +337,9 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
     assert 0 < stopped_at < total
     assert not (run_dir / "summary.json").exists()
 
-    resumed = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    hint = next(line for line in err.splitlines() if "resume with:" in line).split("resume with: ")[1].split()
+    assert hint[:3] == ["python", script, "--resume"]
+    resumed = run_script(tmp_path, script, *hint[2:])  # the hint as given, from where the run was started
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming at step {stopped_at}" in resumed.stdout
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -14,6 +14,7 @@ every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algo
 
 import atexit
 import dataclasses
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -1075,6 +1076,8 @@ def check_args(args: Args) -> str | None:
         return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         return "--gamma and --gae-lambda must lie in [0, 1]"
+    if args.track and importlib.util.find_spec("wandb") is None:
+        return "--track needs Weights & Biases: pip install wandb"
     device = "GPU" if torch.cuda.is_available() and args.cuda else "CPU"  # the one seed_everything picks
     cpu_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     if args.bf16 and not (torch.cuda.is_bf16_supported(including_emulation=False) if device == "GPU" else cpu_bf16):
@@ -1147,10 +1150,7 @@ def open_writer(args: Args, run_dir: str, resumed_at: int | None) -> SummaryWrit
         return NoWriter()
     run_name = os.path.basename(os.path.abspath(run_dir))
     if args.track:
-        try:
-            import wandb
-        except ImportError:
-            fail("--track needs Weights & Biases: pip install wandb")
+        wandb = importlib.import_module("wandb")  # installed: check_args made sure
         run = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "id": run_name}
         wandb.init(**run, resume="allow", sync_tensorboard=True, config=dataclasses.asdict(args), save_code=True)
     writer = SummaryWriter(run_dir, purge_step=None if resumed_at is None else resumed_at + 1)

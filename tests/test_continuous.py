@@ -337,11 +337,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, messag
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
-def test_track_without_wandb_is_one_line_exit_2_and_writes_nothing(tmp_path):
-    proc = run_script(tmp_path, "ppo_continuous.py", "--env-id", "Pendulum-v1", "--track")
-    assert proc.returncode == 2
+@pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
+def test_track_without_wandb_is_one_line_exit_2_and_writes_nothing(tmp_path, script):
+    proc = run_script(tmp_path, script, "--track", "--capture-video")  # refused before any env is made
+    assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == ["error: --track needs Weights & Biases: pip install wandb"]
-    assert not (tmp_path / "runs").exists()
+    assert list(tmp_path.iterdir()) == []  # no runs/, no videos/
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Hopper-v4", "Walker2d-v5", "Ant-v4", "Humanoid-v5"])

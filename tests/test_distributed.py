@@ -195,6 +195,11 @@ def test_cuda_run_trains_on_the_gpu(tmp_path):
     proc = run_script(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "1024", "--eval-episodes", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "device: cuda:0" in proc.stdout
+    # its checkpoint, saved from the GPU, loads on a machine without one (load_checkpoint: --resume's too)
+    cmd = [sys.executable, str(ROOT / "ppo_continuous.py"), "--eval-checkpoint", str(only_run(tmp_path) / C.CHECKPOINT)]
+    cpu_only = os.environ | {"CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT, env=cpu_only)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")

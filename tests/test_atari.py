@@ -673,3 +673,33 @@ def test_the_same_seed_starts_the_same_games_through_every_wrapper():
         starts.append(([env.unwrapped.ale.getEpisodeFrameNumber() for env in envs.envs], obs.tobytes()))
         envs.close()
     assert starts[0] == starts[1]  # unseeded, 2 of 31 no-op counts would match 1 time in 961
+
+
+@pytest.mark.parametrize("vf_coef, ent_coef", [(1.0, 0.0), (0.0, 0.5)], ids=["value-loss", "entropy-bonus"])
+def test_the_value_loss_trains_the_shared_cnn_and_the_entropy_bonus_trains_the_policy(vf_coef, ent_coef):
+    """Zero advantages leave the policy loss no gradient: what moves the agent is the value loss alone (through the
+    critic into the CNN it shares with the policy), or the entropy bonus alone (raising the policy's entropy)."""
+    envs = RandomFrames(8, num_actions=6)
+    torch.manual_seed(0)
+    agent = A.Agent(envs)
+    with torch.no_grad():
+        agent.actor.weight.mul_(300)  # far from uniform, where the entropy has room to rise
+    buf = A.Rollout.allocate(envs, 8, torch.device("cpu"))
+    obs, _ = envs.reset()
+    state = A.EnvState(torch.as_tensor(obs), torch.zeros(envs.num_envs, dtype=torch.bool))
+    A.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    with torch.no_grad():
+        entropy_before = agent.get_action_and_value(buf.obs.flatten(0, 1), buf.actions.flatten())[2].mean()
+    args = A.Args(num_envs=8, num_steps=8, num_minibatches=1, update_epochs=1, vf_coef=vf_coef, ent_coef=ent_coef)
+    optimizer = torch.optim.SGD(agent.parameters(), lr=0.05)  # a small step along the gradient: first order holds
+    zeros = torch.zeros(8, 8)
+    A.update(agent, optimizer, buf, zeros, buf.values + 1.0, args, 1.0, args.clip_coef)
+    moved = {k for k, v in agent.state_dict().items() if not torch.equal(v, before[k])}
+    with torch.no_grad():
+        entropy_after = agent.get_action_and_value(buf.obs.flatten(0, 1), buf.actions.flatten())[2].mean()
+    if vf_coef:
+        assert "network.0.weight" in moved and "critic.weight" in moved and "actor.weight" not in moved
+    else:
+        assert "network.0.weight" in moved and "actor.weight" in moved and "critic.weight" not in moved
+        assert entropy_after > entropy_before

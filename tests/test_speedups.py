@@ -68,6 +68,14 @@ def test_bf16_runs_the_networks_in_bf16_and_hands_fp32_to_what_follows(module):
         assert torch.allclose(ours, theirs, rtol=0.05, atol=0.05), name  # bf16 keeps about 3 significant digits
     assert not torch.equal(bf16[1], fp32[1]) and not torch.equal(bf16[3], fp32[3])  # both networks ran in bf16
     assert all(p.dtype == torch.float32 for p in agent.parameters())
+    if module is A:  # the CNN in bf16; its two heads in fp32, on its output cast back to fp32
+        seen = []
+        for head in (agent.actor, agent.critic):
+            head.register_forward_hook(lambda m, inputs, out: seen.append((inputs[0].dtype, out)))
+        agent.get_action_and_value(obs, actions)
+        for dtype, out in seen:
+            assert dtype == out.dtype == torch.float32
+            assert not torch.equal(out, out.bfloat16().float())  # fp32 outputs: not all on bf16's coarser grid
 
 
 @pytest.mark.skipif(not NATIVE_BF16, reason="needs a CPU with AVX512-BF16 or AMX")

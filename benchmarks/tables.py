@@ -294,16 +294,18 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
                 # the smallest two-sided p an exact rank test could give these run counts: every run of one setting
                 # above every run of the other on every env, each env's orderings equally likely under chance
                 out[k]["least_p"] = 2.0 / math.comb(len(m) + len(base), len(m)) ** m.shape[1]
+                out[k]["baseline_seeds"] = len(base)
     return out
 
 
 def verdict(stats: dict) -> str:
     """'better' or 'worse' than the baseline only where the interval of P(improvement) excludes 1/2, and where the
     runs are enough for any ordering to exclude chance: 2 runs against 3 on one env can not, nor can one seed per env
-    (a bootstrap over so few runs gives an interval of width 0 when they do not overlap, which says nothing)."""
+    on either side (a bootstrap over so few runs gives an interval of width 0 when they do not overlap, which says
+    nothing)."""
     if "p_improve_ci" not in stats:
         return "-"
-    if stats.get("seeds", 2) < 2 or stats.get("least_p", 0.0) > 1 - CONFIDENCE:
+    if min(stats.get("seeds", 2), stats.get("baseline_seeds", 2)) < 2 or stats.get("least_p", 0.0) > 1 - CONFIDENCE:
         return "too few runs"
     low, high = stats["p_improve_ci"]
     return "better" if low > 0.5 else "worse" if high < 0.5 else "not separated"

@@ -99,6 +99,10 @@ def test_the_iqm_and_its_interval_are_rliables_and_verdicts_need_the_interval_to
     assert tables.intervals(matrices, "defaults") == result  # seeded: the same intervals on every run
     fewer = tables.intervals({"defaults": defaults, "higher, 2 seeds": defaults[:2] + 1.0}, "defaults")
     assert fewer["higher, 2 seeds"]["p_improve"] == 1.0  # runs of every env compared, whatever their number
+    # stratified: runs resampled within each env, never the envs themselves (envs far apart, seeds nearly equal)
+    levels = np.array([0.0, 10.0, 100.0]) + rng.normal(0, 0.01, size=(5, 3))
+    low, high = tables.intervals({"levels": levels}, None)["levels"]["iqm_ci"]
+    assert high - low < 1.0  # resampling the envs would swing the IQM by tens
 
 
 def test_no_verdict_where_the_runs_are_too_few_for_any_ordering_to_exclude_chance(monkeypatch):
@@ -114,6 +118,9 @@ def test_no_verdict_where_the_runs_are_too_few_for_any_ordering_to_exclude_chanc
     one_seed = tables.intervals({"defaults": np.ones((3, 3)), "flag": np.zeros((1, 3))}, "defaults")["flag"]
     assert one_seed["least_p"] < 0.05 and one_seed["p_improve_ci"] == [0.0, 0.0]  # a grid cut after its first seed
     assert tables.verdict(one_seed) == "too few runs"
+    one_seed_baseline = tables.intervals({"defaults": np.zeros((1, 3)), "flag": np.ones((3, 3))}, "defaults")["flag"]
+    assert one_seed_baseline["least_p"] < 0.05 and one_seed_baseline["p_improve_ci"] == [1.0, 1.0]
+    assert tables.verdict(one_seed_baseline) == "too few runs"  # one seed on either side: no verdict
     assert tables.interval_cells(one_seed) == " 0.00 (one seed) | 0.00 (one seed) | too few runs |"
 
 

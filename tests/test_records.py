@@ -426,3 +426,23 @@ def test_the_reward_scaling_line_gives_the_probability_that_baselines_semantics_
     assert "evaluation 1.00 [1.00, 1.00] (better)" in line and "last 200k steps 0.00 [0.00, 0.00] (worse)" in line
     two_pairs_lower = tables.reward_scaling_lines({"evaluation": ([3.0, 2.0, 5.0], [2.5, 2.4, 1.0])})[0]
     assert "evaluation 0.78 [" in two_pairs_lower  # 7 of the 9 pairs: each run of one side against each of the other
+
+
+def test_plot_curves_draws_records_without_a_curve_as_their_mean_with_a_bar_from_lowest_to_highest(
+    tmp_path, monkeypatch
+):
+    import matplotlib.pyplot as plt
+    import plot_curves
+
+    for seed, last_100 in ((1, 7.0), (2, 8.0), (3, 12.0)):  # made before records kept curves
+        record = {"steps": 1000, "last_100": last_100}
+        (tmp_path / f"Hopper-v4__a__{seed}.json").write_text(json.dumps(record))
+    monkeypatch.setattr(plt.Figure, "savefig", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "argv", ["plot_curves.py", "--group", f"a={tmp_path}/*.json"])
+    plot_curves.main()
+    (ax,) = plt.gcf().axes
+    (bar,) = ax.containers  # the errorbar
+    assert bar.lines[0].get_ydata()[0] == 9.0  # the mean of the three
+    segment = bar.lines[2][0].get_segments()[0]
+    assert segment[:, 1].min() == 7.0 and segment[:, 1].max() == 12.0  # lowest to highest, not +- a std
+    plt.close("all")

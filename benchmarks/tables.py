@@ -269,11 +269,17 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
     from rliable import library as rly
     from rliable import metrics
 
+    def estimates(runs: dict, metric) -> tuple[dict, dict]:
+        """rliable's estimates, each setting's from its own seeded stream: none depends on the settings beside it"""
+        point, ci = {}, {}
+        for k, m in runs.items():
+            np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002 (rliable draws its resamples from numpy's global RNG)
+            one = rly.get_interval_estimates({k: m}, metric, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE)
+            point[k], ci[k] = one[0][k], one[1][k]
+        return point, ci
+
     usable = {k: m for k, m in matrices.items() if m.size}
-    np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002 (rliable draws its resamples from numpy's global RNG)
-    iqm, iqm_ci = rly.get_interval_estimates(
-        usable, lambda m: np.array([metrics.aggregate_iqm(m)]), reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE
-    )
+    iqm, iqm_ci = estimates(usable, lambda m: np.array([metrics.aggregate_iqm(m)]))
     out = {
         k: {"iqm": float(iqm[k][0]), "iqm_ci": [float(x) for x in iqm_ci[k][:, 0]], "runs": m.size, "seeds": len(m)}
         for k, m in usable.items()
@@ -285,10 +291,7 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
             if k != baseline and m.shape[1] == usable[baseline].shape[1]
         }
         if pairs:
-            np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002
-            p, p_ci = rly.get_interval_estimates(
-                pairs, metrics.probability_of_improvement, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE
-            )
+            p, p_ci = estimates(pairs, metrics.probability_of_improvement)
             for k, (m, base) in pairs.items():
                 out[k] |= {"p_improve": float(p[k]), "p_improve_ci": [float(x) for x in np.ravel(p_ci[k])]}
                 # the smallest two-sided p an exact rank test could give these run counts: every run of one setting

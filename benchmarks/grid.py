@@ -4,6 +4,7 @@ behind the README's results tables, or one config of a script over several seeds
     python benchmarks/grid.py run table1 details --parallel 2     # the PPO paper's Table 1, the ablations
     python benchmarks/grid.py run mujoco atari --parallel 2       # the results table: 9 MuJoCo envs, 3 games
     python benchmarks/grid.py run mujoco table1-1m --parallel 2 --commit   # the paper's scale, each record committed
+    python benchmarks/grid.py run atari-10m --parallel 2 --commit --dir ~/ppo-grids   # Atari at 10M, across sessions
     python benchmarks/grid.py status                              # which runs are done, recorded, cut or missing
     python benchmarks/grid.py record                              # records of finished runs that have none
     python benchmarks/tables.py                                   # every table, from the run folders
@@ -20,6 +21,8 @@ checkpoint, summary.json, eval.json), its console output in evidence/logs/.
   mujoco   the PPO paper's seven tasks (HalfCheetah, Hopper, InvertedDoublePendulum, InvertedPendulum, Reacher,
            Swimmer, Walker2d), Ant and Humanoid (v4), seeds 1-3, 1M steps, the defaults
   atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seeds 1-3, 1M steps (4M frames), the defaults
+  atari-10m  the same games and seeds at ppo_atari.py's own budget (10M steps, 40M frames): no flag but --env-id
+           and --seed; about 10 core-hours a run, so keep its --dir outside the work tree and resume it each session
   table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
            kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
   table1-1m  the same at the paper's budget: 1M steps, the learning rate annealed over them; its clip 0.2
@@ -264,6 +267,8 @@ def grid_runs(name: str) -> list[Run]:
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in MUJOCO_ENVS]
     if name == "atari":
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
+    if name == "atari-10m":  # steps None: the script's default budget, untouched
+        return [Run(name, "default", e, s, None, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
     if name == "flags":  # seed-major too, each seed's compiled runs first
         compiled = [Run(name, "compile", e, s, SMALL_STEPS, ("--compile",)) for s in STUDY_SEEDS for e in SMALL_ENVS]
         bf16 = [Run(name, "bf16", FLAGS_GAME, s, FULL_STEPS, ("--bf16",)) for s in FLAGS_GAME_SEEDS]
@@ -279,7 +284,7 @@ def grid_runs(name: str) -> list[Run]:
     ]
 
 
-GRIDS = ("mujoco", "atari", "table1", "table1-1m", "details", "flags")
+GRIDS = ("mujoco", "atari", "atari-10m", "table1", "table1-1m", "details", "flags")
 
 
 def flag_value(flags: list[str], name: str) -> tuple[str | None, list[str]]:

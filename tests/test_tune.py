@@ -1,0 +1,227 @@
+"""benchmarks/tune.py: the search space as the scripts' flags, the objective and the pruner's values from the runs'
+own logs, a study that stops and resumes with its trials kept, two workers on one storage, and bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+import tune
+import tyro
+from conftest import HANG_TIMEOUT, ROOT, scalars, wait_until
+
+import ppo_continuous as C
+
+POINT_MASS = ["--env-id", "examples.pointmass:PointMass-v0", "--num-steps", "256"]  # 100-step episodes
+TINY = [*POINT_MASS, "--total-timesteps", "2048"]  # 8 iterations, 20 episodes: seconds a trial
+LONG_STEPS = 16384  # long enough to stop a trial midway
+LONG = [*POINT_MASS, "--total-timesteps", str(LONG_STEPS)]
+LR = "--param=learning-rate=1e-4:1e-2:log"
+
+
+def tuner(folder: Path, *args: str, storage: str | None = None) -> list[str]:
+    where = ["--storage", storage] if storage else []
+    return [sys.executable, str(ROOT / "benchmarks" / "tune.py"), *args[:1], "--dir", str(folder), *where, *args[1:]]
+
+
+def run_tuner(folder: Path, *args: str, storage: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        tuner(folder, *args, storage=storage), cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT
+    )
+
+
+def load(folder: Path, name: str, storage: str | None = None) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage or f"sqlite:///{folder / (name + '.db')}")
+
+
+def processes_of(text: str) -> list[int]:
+    """The pids of the processes whose command line holds text."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def test_param_specs_become_the_flags_own_type_and_bad_ones_say_why():
+    fields = tune.script_fields("ppo_continuous.py")
+    assert fields["learning-rate"] is float and fields["num-steps"] is int and fields["clip-vloss"] is bool
+    assert fields["target-kl"] is float  # float | None
+    lr = tune.parse_param("learning-rate=1e-5:1e-2:log", fields, "x")
+    assert (lr.kind, lr.low, lr.high, lr.log, lr.choices) == (float, 1e-5, 1e-2, True, ())
+    steps = tune.parse_param("--num-steps=128:2048", fields, "x")
+    assert (steps.kind, steps.low, steps.high, steps.log) == (int, 128, 2048, False)
+    assert tune.parse_param("gamma=0.9,0.99", fields, "x").choices == (0.9, 0.99)
+    assert tune.parse_param("clip-vloss=true,false", fields, "x").choices == (True, False)
+    bad = {
+        "nope=1:2": "has no flag --nope",
+        "learning-rate=1e-2:1e-5": "the range is empty",
+        "learning-rate=0.1:0.1": "the range is empty",
+        "learning-rate=0:1:log": "above 0",
+        "gamma=0.99": "two choices",
+        "seed=1,2": "tune.py's to set",
+        "learning-rate": "NAME=LOW:HIGH",
+        "clip-vloss=1:2": "number flag",
+        "num-steps=a,b": "invalid literal",
+    }
+    for spec, why in bad.items():
+        with pytest.raises(tune.BadInput, match=why):
+            tune.parse_param(spec, fields, "x")
+
+
+def test_the_default_space_leaves_the_fixed_flags_out_and_the_named_space_must_not_clash():
+    space = tune.search_space(
+        "ppo_continuous.py", [], ["--env-id", "Swimmer-v4", "--gamma=0.999", "--clip-coef", "0.3"]
+    )
+    names = [p.flag for p in space]
+    assert "gamma" not in names and "clip-coef" not in names and "learning-rate" in names and len(names) == 8
+    assert [p.flag for p in tune.search_space("ppo_atari.py", [], [])] == [
+        t.split("=")[0] for t in tune.SPACES["ppo_atari.py"]
+    ]
+    with pytest.raises(tune.BadInput, match="both searched"):
+        tune.search_space("ppo_continuous.py", ["gamma=0.9,0.99"], ["--gamma", "0.99"])
+    with pytest.raises(tune.BadInput, match="no flag --nope"):
+        tune.search_space("ppo_continuous.py", [], ["--nope", "1"])
+    with pytest.raises(tune.BadInput, match="tune.py's to set"):
+        tune.search_space("ppo_continuous.py", [], ["--seed", "3"])
+    assert tune.search_space("ppo_continuous.py", [], ["--no-anneal-lr"])  # a switch's --no- form is a known flag
+
+
+def test_a_trials_values_reach_the_script_as_its_own_flags():
+    params = {"learning-rate": 0.00037941879346696484, "num-steps": 512, "gamma": 0.9999, "clip-vloss": False}
+    args = tyro.cli(C.Args, args=tune.as_flags(params | {"norm-adv": True}))
+    assert args.learning_rate == params["learning-rate"] and args.num_steps == 512 and args.gamma == 0.9999
+    assert args.clip_vloss is False and args.norm_adv is True
+    assert tune.as_flags({"clip-vloss": True}) == ["--clip-vloss"]
+
+
+def test_reports_are_the_mean_of_the_last_episodes_by_evenly_spaced_steps():
+    assert tune.report_steps(1000) == [100, 200, 300, 400, 500, 600, 700, 800, 900]
+    steps, returns = np.array([50, 120, 180, 260, 990]), np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    assert tune.recent_mean(steps, returns, 40, 2) is None
+    assert tune.recent_mean(steps, returns, 200, 2) == 3.0  # episodes ending at 120 and 180
+    assert tune.recent_mean(steps, returns, 260, 10) == 15.0 / 4
+
+
+def test_a_study_stops_resumes_its_cut_trial_first_and_scores_trials_by_their_runs_own_logs(tmp_path):
+    proc = subprocess.Popen(
+        tuner(tmp_path, "run", "--study", "s", "--trials", "2", LR, "--", *LONG),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_until(lambda: list(tmp_path.glob("runs/*trial0__1__*/checkpoint.pt")), "the first trial's checkpoint", proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG_TIMEOUT)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == ["stopped: trial 0 cut and queued to run again first; the same command resumes"]
+    assert processes_of("s-trial0") == []  # the trial's run stopped with it
+    cut = load(tmp_path, "s").trials[0]
+    assert cut.state == optuna.trial.TrialState.FAIL and cut.user_attrs["cut"]
+
+    done = run_tuner(tmp_path, "run", "--study", "s", "--trials", "2", LR, "--", *LONG)
+    assert done.returncode == 0, done.stderr
+    trials = load(tmp_path, "s").trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]  # the cut trial is not counted
+    retry = trials[1]
+    assert retry.params == cut.params and retry.user_attrs["retry_of"] == 0
+    # the objective: the mean of the run's last 10 training episodes, as the run itself logged and summarized them
+    for t in trials[1:]:
+        (run_dir,) = tmp_path.glob(f"runs/*__s-trial{t.number}__1__*")
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert t.value == pytest.approx(summary["mean_return_last_10"], rel=1e-5)
+        assert f"--learning-rate {t.params['learning-rate']!r}" in " ".join(t.user_attrs["flags"])
+        assert summary["eval_mean_return"] is None  # --objective last: no closing evaluation spent
+        # the pruner's values: the mean of the last 10 episodes by each report step, from TensorBoard
+        episodes = scalars(run_dir)["charts/episodic_return"]
+        steps, returns = np.array([s for s, _ in episodes]), np.array([r for _, r in episodes])
+        expected = {s: np.mean(returns[steps <= s][-10:]) for s in tune.report_steps(LONG_STEPS)}
+        assert t.intermediate_values == pytest.approx(expected, rel=1e-5)
+        assert hparams_of(run_dir) == {"learning-rate": t.params["learning-rate"]}
+    best = max(trials[1:], key=lambda t: t.value)
+    assert f"best (trial {best.number}, {best.value:.2f})" in done.stdout
+    command = done.stdout.split(f"best (trial {best.number}, {best.value:.2f}):\n")[1].splitlines()[0].split()
+    args = tyro.cli(C.Args, args=command[2:])  # python ppo_continuous.py FLAGS: the best trial, ready to run
+    assert args.learning_rate == best.params["learning-rate"] and args.total_timesteps == LONG_STEPS
+    assert (tmp_path / "s_history.png").stat().st_size > 0 and (tmp_path / "s_importances.png").stat().st_size > 0
+
+
+def hparams_of(run_dir: Path) -> dict:
+    """The hyperparameters TensorBoard's HPARAMS view shows for a run folder."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    found = {}
+    for path in run_dir.glob("events.out.tfevents.*"):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "hparams":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    for name, v in data.session_start_info.hparams.items():
+                        found[name] = v.number_value
+    return found
+
+
+def test_two_workers_share_one_study_in_a_journal_file(tmp_path):
+    storage = str(tmp_path / "shared.log")
+    command = tuner(
+        tmp_path, "run", "--study", "j", "--trials", "4", "--threads", "1", LR, "--", *TINY, storage=storage
+    )
+    workers = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    for w in workers:
+        _, err = w.communicate(timeout=HANG_TIMEOUT)
+        assert w.returncode == 0, err
+    study = load(tmp_path, "j", optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage)))
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert 4 <= len(complete) <= 5  # a worker may finish one trial past the count the other reached
+    assert len({t.user_attrs["worker"] for t in complete}) == 2  # both took trials
+    assert len({t.number for t in complete}) == len(complete)
+
+
+def test_the_pruner_stops_a_trial_and_its_run(tmp_path, monkeypatch):
+    class PruneAtOnce(optuna.pruners.BasePruner):
+        def prune(self, study, trial) -> bool:
+            return True
+
+    monkeypatch.setattr(tune.optuna.pruners, "MedianPruner", lambda **kwargs: PruneAtOnce())
+    monkeypatch.chdir(ROOT)
+    tune.main(["run", "--study", "p", "--dir", str(tmp_path), "--trials", "1", LR, "--", *LONG])
+    (trial,) = load(tmp_path, "p").trials
+    assert trial.state == optuna.trial.TrialState.PRUNED
+    assert list(trial.intermediate_values) == tune.report_steps(LONG_STEPS)[:1]  # pruned at its first report
+    assert processes_of("p-trial0") == []
+    (run_dir,) = tmp_path.glob("runs/*__p-trial0__1__*")
+    assert not (run_dir / "summary.json").exists()  # stopped, not finished
+    assert scalars(run_dir)["charts/SPS"][-1][0] < LONG_STEPS
+
+
+def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_path):
+    ok = run_tuner(tmp_path, "run", "--study", "b", "--trials", "1", LR, "--", *TINY)
+    assert ok.returncode == 0, ok.stderr
+    cases = {
+        ("--param", "nope=1:2"): "error: --param 'nope=1:2': ppo_continuous.py has no flag --nope",
+        ("--param", "learning-rate=1e-2:1e-4"): "the range is empty",
+        ("--storage", "mysql://nobody@localhost/nothing"): "error: cannot open the storage mysql://",
+        ("--storage", "study.txt"): "give an RDB URL",
+        ("--trials", "0"): "--trials must be positive",
+    }
+    for flags, message in cases.items():
+        out = run_tuner(tmp_path, "run", "--study", "b", *flags, "--", *TINY)
+        assert out.returncode == 2 and message in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    other = run_tuner(tmp_path, "run", "--study", "b", "--trials", "2", LR, "--", *TINY, "--gamma", "0.9")
+    assert other.returncode == 2 and "was made with other settings" in other.stderr
+    assert [t.state.name for t in load(tmp_path, "b").trials] == ["COMPLETE"]  # nothing lost
+    failing = run_tuner(tmp_path, "run", "--study", "f", "--trials", "5", LR, "--", *TINY, "--env-id", "NoSuchEnv-v9")
+    assert failing.returncode == 2
+    assert failing.stderr.strip().splitlines()[-1].startswith("error: 3 trials in a row failed, the last with seed 1 ")
+    assert "cannot make NoSuchEnv-v9" in failing.stderr and "Traceback" not in failing.stderr
+    failed = load(tmp_path, "f").trials
+    assert [t.state.name for t in failed] == ["FAIL"] * 3 and all("NoSuchEnv" in t.user_attrs["error"] for t in failed)

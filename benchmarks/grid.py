@@ -29,6 +29,8 @@ checkpoint, summary.json, eval.json), its console output in evidence/logs/.
            row is the mujoco grid's runs of those envs (the defaults)
   flags    learning under --compile (table1's clip 0.2 setting: 3 envs, 3 seeds, 300k steps) and --bf16
            (Breakout, seeds 1 and 3, 1M steps), against the defaults' runs
+  tuned    the best setting of benchmarks/tune.py's study of each env in TUNED_FLAGS (Swimmer-v4: 300k-step trials),
+           seeds 1-3, 1M steps, against the mujoco grid's defaults
   details  this project's departures from CleanRL, one at a time, and two details switched off (advantage
            normalization, gradient-norm clipping); same envs, seeds and budget (the defaults are table1's
            clip 0.2 runs)
@@ -112,6 +114,8 @@ DETAILS_VARIANTS = {
 # clip 0.2 runs at 300k steps; the atari grid's Breakout runs)
 FLAGS_GAME = "BreakoutNoFrameskip-v4"
 FLAGS_GAME_SEEDS = (1, 3)  # 3, not 2: seed-major, the second game (75 core-minutes) starts after every compiled run
+# benchmarks/tune.py's studies (docs/tuning.md): the best trial's flags, run at 1M steps against the defaults
+TUNED_FLAGS: dict[str, tuple[str, ...]] = {}
 # Python run before ppo_continuous.main for the variants that are no flag; the script itself is unchanged.
 VARIANT_PATCHES = {
     "init-std-1.0": "m.INIT_STD = 1.0",
@@ -224,14 +228,28 @@ def make_record(run: Run, folder: str) -> dict:
         "steps": summary.get("global_step"),
         "last_10": summary.get("mean_return_last_10"),
         "last_100": float(np.mean(returns[-LAST_EPISODES:])) if len(returns) else None,
+        "mean_all": float(np.mean(returns)) if len(returns) else None,  # the PPO paper's other Atari score
         "eval": summary.get("eval_mean_return"),
         "eval_returns": evaluation["returns"] if evaluation else None,
         "sps": summary.get("sps"),
         "wall_time_s": summary.get("wall_time_s"),
+        "train_time_s": train_time(folder),
         "episodes": summary.get("episodes"),
         "curve": [[round(float(s.mean())), round(float(r.mean()), 2)] for s, r in slices if len(s)],
         "source": f"run folder {os.path.basename(folder)}",
     }
+
+
+def train_time(folder: str) -> float:
+    """Seconds a run trained, over every process that ran it (a resumed run writes an event file per process):
+    the sum of each event file's span from its first to its last scalar."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    spans = []
+    for path in glob.glob(os.path.join(glob.escape(folder), "events.out.tfevents.*")):
+        times = [event.wall_time for event in EventFileLoader(path).Load() if event.HasField("summary")]
+        spans.append(max(times) - min(times) if times else 0.0)
+    return round(sum(spans), 1)
 
 
 def write_record(run: Run, folder: str, records_dir: str = RECORDS_DIR) -> str:
@@ -269,6 +287,8 @@ def grid_runs(name: str) -> list[Run]:
         return [Run(name, "default", e, s, FULL_STEPS, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
     if name == "atari-10m":  # steps None: the script's default budget, untouched
         return [Run(name, "default", e, s, None, ()) for s in (1, 2, 3) for e in ATARI_ENVS]
+    if name == "tuned":
+        return [Run(name, "study", e, s, FULL_STEPS, flags) for s in (1, 2, 3) for e, flags in TUNED_FLAGS.items()]
     if name == "flags":  # seed-major too, each seed's compiled runs first
         compiled = [Run(name, "compile", e, s, SMALL_STEPS, ("--compile",)) for s in STUDY_SEEDS for e in SMALL_ENVS]
         bf16 = [Run(name, "bf16", FLAGS_GAME, s, FULL_STEPS, ("--bf16",)) for s in FLAGS_GAME_SEEDS]
@@ -284,7 +304,7 @@ def grid_runs(name: str) -> list[Run]:
     ]
 
 
-GRIDS = ("mujoco", "atari", "atari-10m", "table1", "table1-1m", "details", "flags")
+GRIDS = ("mujoco", "atari", "atari-10m", "table1", "table1-1m", "details", "flags", "tuned")
 
 
 def flag_value(flags: list[str], name: str) -> tuple[str | None, list[str]]:

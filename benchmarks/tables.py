@@ -93,6 +93,18 @@ PAPER_ATARI = {
     "PongNoFrameskip-v4": "20.7 (10M)",
     "BeamRiderNoFrameskip-v4": "1590.0 (10M)",
 }
+# Atari at 10M steps (40M frames), 3 seeds each, the mean of the last 100 episodes: CleanRL's ppo_atari.py and
+# OpenAI baselines' ppo2 as run in CleanRL's comparison (CleanRL's docs); the PPO paper's Table 6 is PAPER_ATARI.
+CLEANRL_ATARI_10M = {
+    "BreakoutNoFrameskip-v4": "414.66 +- 28.09",
+    "PongNoFrameskip-v4": "20.36 +- 0.20",
+    "BeamRiderNoFrameskip-v4": "1915.93 +- 484.58",
+}
+PPO2_ATARI_10M = {
+    "BreakoutNoFrameskip-v4": "406.57 +- 31.55",
+    "PongNoFrameskip-v4": "20.51 +- 0.50",
+    "BeamRiderNoFrameskip-v4": "2642.97 +- 670.37",
+}
 # The PPO paper's Table 1 (7 MuJoCo envs, 3 seeds, 1M steps): average normalized score per setting.
 PAPER_TABLE1 = {
     "clip-0.1": 0.76,
@@ -200,6 +212,57 @@ def results_table(grids: dict[str, dict]) -> list[str]:
                 beside = [str(RANDOM_ATARI[env_id]), PAPER_ATARI[env_id]]
             lines.append(f"| {env_id} | {len(runs)} | {last} | {ev} | {' | '.join(beside)} |")
         lines.append("")
+    return lines
+
+
+ATARI_10M_HEAD = (
+    "| game (10M steps = 40M frames) | seeds | all of training | last 100 games | greedy evaluation "
+    "| human-normalized (last 100) | CleanRL ppo_atari.py (10M) | baselines ppo2 (CleanRL's run) "
+    "| PPO paper (Table 6, last 100) | hours (SPS) |"
+)
+
+
+def atari_10m_lines(found: dict) -> list[str]:
+    """Atari at the script's own budget: per game the paper's two scores (the mean return over all of training and
+    over the last 100 games), the greedy evaluation, the human-normalized score, beside the published figures."""
+    lines = [ATARI_10M_HEAD, "|" + " --- |" * (ATARI_10M_HEAD.count("|") - 1)]
+    for env_id in grid.ATARI_ENVS:
+        runs = found.get(("default", env_id), [])
+        if not runs:
+            continue
+        every = [r["mean_all"] if r.get("mean_all") is not None else np.mean([c[1] for c in r["curve"]]) for r in runs]
+        human = [(r["last_100"] - RANDOM_ATARI[env_id]) / (HUMAN_ATARI[env_id] - RANDOM_ATARI[env_id]) for r in runs]
+        hours = [r.get("train_time_s") or r["wall_time_s"] for r in runs]
+        sps = [r["steps"] / t for r, t in zip(runs, hours)]
+        cells = [pm(every, 1), pm([r["last_100"] for r in runs], 1), pm([r["eval"] for r in runs], 1), pm(human, 2)]
+        cells += [CLEANRL_ATARI_10M[env_id], PPO2_ATARI_10M[env_id], PAPER_ATARI[env_id].removesuffix(" (10M)")]
+        cells.append(f"{pm([t / 3600 for t in hours], 1)} ({pm(sps)})")
+        lines.append(f"| {env_id} | {len(runs)} | {' | '.join(cells)} |")
+    if max(len(runs) for runs in found.values()) < 2:
+        lines.append("\nOne seed a game so far: the figures are that run's, with no spread and no interval.")
+    return lines + [""]
+
+
+def tuned_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
+    """Each env's tuned setting (benchmarks/tune.py's study) against the defaults' runs of the mujoco grid: the
+    returns, and P(a tuned run beats a default one) with its interval and verdict."""
+    lines = []
+    for (_, env_id), tuned in sorted(grids["tuned"].items()):
+        defaults = grids["mujoco"].get(("default", env_id), [])
+        found = {("tuned", env_id): tuned, ("defaults", env_id): defaults}
+        st = study_stats(found, ["defaults", "tuned"], random, "defaults", (env_id,)).get("tuned", {})
+        ci = st.get("p_improve_ci")
+        p = (
+            f"; P(better than the defaults) {st['p_improve']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({verdict(st)})"
+            if ci
+            else ""
+        )
+        figures = [
+            f"{what} {pm([r['last_100'] for r in runs])} ({len(runs)} runs)"
+            for what, runs in (("tuned", tuned), ("the defaults", defaults))
+        ]
+        evals = f"greedy evaluation {pm([r['eval'] for r in tuned])} against {pm([r['eval'] for r in defaults])}"
+        lines += [f"{env_id}, tuned (tune.py), 1M steps: last 100 episodes {', '.join(figures)}; {evals}{p}", ""]
     return lines
 
 
@@ -332,14 +395,14 @@ def table1_at_1m(table1_1m: dict, mujoco: dict) -> dict:
     return table1_1m | {(row, e): mujoco[("default", e)] for e in grid.SMALL_ENVS if ("default", e) in mujoco}
 
 
-def study_stats(found: dict, variants: list[str], random: dict, baseline: str) -> dict[str, dict]:
+def study_stats(
+    found: dict, variants: list[str], random: dict, baseline: str, envs: tuple = grid.SMALL_ENVS
+) -> dict[str, dict]:
     """A study's intervals, normalized per env by the random policy (0) and the baseline's mean return (1)."""
     reference = {
-        e: float(np.mean([r["last_100"] for r in found[(baseline, e)]]))
-        for e in grid.SMALL_ENVS
-        if (baseline, e) in found
+        e: float(np.mean([r["last_100"] for r in found[(baseline, e)]])) for e in envs if (baseline, e) in found
     }
-    by_variant = {v: {e: found[(v, e)] for e in grid.SMALL_ENVS if (v, e) in found} for v in variants}
+    by_variant = {v: {e: found[(v, e)] for e in envs if (v, e) in found} for v in variants}
     return intervals({v: score_matrix(runs, random, reference) for v, runs in by_variant.items() if runs}, baseline)
 
 
@@ -457,6 +520,7 @@ def main() -> None:
         for e in grid.MUJOCO_ENVS
         if (("default", e) in grids["mujoco"] and (e in cleanrl or e in PPO2_MUJOCO))
         or ((table1 or table1_1m or details or grids["flags"]) and e in grid.SMALL_ENVS)
+        or ("study", e) in grids["tuned"]
     ]
     random = random_returns(needed, os.path.join(args.records, "random.json"))
     if grids["mujoco"]:
@@ -475,6 +539,10 @@ def main() -> None:
     if grids["atari"]:
         stats = results_stats(grids["atari"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
         lines += interval_line(stats, "Atari, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
+    if grids["atari-10m"]:
+        lines += ["Atari at the script's own budget, the defaults:", ""] + atari_10m_lines(grids["atari-10m"])
+        stats = results_stats(grids["atari-10m"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
+        lines += interval_line(stats, "Atari at 10M steps, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
     if table1 or table1_1m or details:
         lines += ["Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS), ""]
         lines += [
@@ -497,6 +565,7 @@ def main() -> None:
         lines += ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
         panels["One detail at a time"] = (stats, DETAILS_NAMES)
     lines += flags_lines(grids, random) if grids["flags"] else []
+    lines += tuned_lines(grids, random)
     lines += reward_scaling_lines(REWARD_SCALING_HOPPER)
     if args.per_seed:
         lines += per_seed(grids)

@@ -117,6 +117,11 @@ def test_named_grids_are_the_protocols_seed_major():
         (e, s) for e in grid.MUJOCO_ENVS for s in (1, 2, 3)
     }
     assert grid.grid_runs("atari")[0].script == "ppo_atari.py" and table1[0].script == "ppo_continuous.py"
+    atari_10m = grid.grid_runs("atari-10m")  # the script's own budget: no flag but --env-id and --seed
+    assert [(r.env_id, r.seed) for r in atari_10m] == [(e, s) for s in (1, 2, 3) for e in grid.ATARI_ENVS]
+    command = atari_10m[0].command("/nowhere")
+    assert command[2:6] == ["--env-id", "BreakoutNoFrameskip-v4", "--seed", "1"] and "--total-timesteps" not in command
+    assert set(command[6:]) == {"--exp-name", "atari-10m-default", "--save-every", str(grid.SAVE_EVERY)}
 
 
 def test_commit_record_commits_that_record_alone_and_waits_out_another_git_command(tmp_path, monkeypatch):

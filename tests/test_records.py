@@ -447,3 +447,65 @@ def test_plot_curves_draws_records_without_a_curve_as_their_mean_with_a_bar_from
     segment = bar.lines[2][0].get_segments()[0]
     assert segment[:, 1].min() == 7.0 and segment[:, 1].max() == 12.0  # lowest to highest, not +- a std
     plt.close("all")
+
+
+def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_and_says_when_one_seed_has_no_spread(
+    tmp_path,
+):
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text("{}")
+    for env_id, last_100, every in (("BreakoutNoFrameskip-v4", 301.7, 120.0), ("PongNoFrameskip-v4", 19.0, 4.0)):
+        run = grid.Run("atari-10m", "default", env_id, 1, None, ())
+        record = {"grid": "atari-10m", "variant": "default", "env_id": env_id, "seed": 1, "steps": 9_999_360}
+        record |= {"last_10": last_100, "last_100": last_100, "mean_all": every, "eval": last_100 + 10.0}
+        record |= {"curve": [[1, 0.0]], "wall_time_s": 3600.0, "train_time_s": 36_000.0}
+        Path(grid.record_path(run, str(records))).write_text(json.dumps(record))
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    table = out.stdout.split("Atari at the script's own budget, the defaults:\n\n")[1]
+    assert table.startswith(tables.ATARI_10M_HEAD)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table.splitlines()[2:4]}
+    breakout = rows["BreakoutNoFrameskip-v4"]
+    assert breakout[:4] == ["1", "120.0", "301.7", "311.7"]  # seeds, all of training, last 100, greedy evaluation
+    assert breakout[4] == f"{(301.7 - 1.7) / (31.8 - 1.7):.2f}"  # human-normalized: 0 random agent, 1 human
+    assert breakout[5:8] == ["414.66 +- 28.09", "406.57 +- 31.55", "274.8"]  # CleanRL, ppo2, the paper's Table 6
+    assert breakout[8] == f"10.0 ({9_999_360 / 36_000:.0f}) |"  # the training time of every process, not the last
+    assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"]
+    assert "One seed a game so far" in table and "Atari at 10M steps, the defaults: one seed per env" in out.stdout
+
+
+def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_over_all_of_training(tmp_path):
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    folder = fake_run(tmp_path / "runs", "Hopper-v4", "tuned-study", 1, [1.0, 2.0, 3.0, 6.0])
+    for start, seconds in ((1000.0, 50.0), (5000.0, 20.0)):  # a run and its resume, an hour apart
+        writer = EventFileWriter(str(folder), filename_suffix=f".{start}")
+        for t in (start, start + seconds / 2, start + seconds):
+            scalar = Summary(value=[Summary.Value(tag="charts/SPS", simple_value=1.0)])
+            writer.add_event(Event(wall_time=t, step=1, summary=scalar))
+        writer.close()
+    record = grid.make_record(grid.Run("tuned", "study", "Hopper-v4", 1, None, ()), str(folder))
+    assert record["mean_all"] == 3.0
+    real = grid.train_time(str(folder)) - 70.0  # the fake run's own event file spans its writing, a moment
+    assert 0.0 <= real < 60.0 and record["train_time_s"] == pytest.approx(70.0 + real, abs=0.1)
+
+
+def test_a_tuned_setting_stands_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid, "TUNED_FLAGS", {"Swimmer-v4": ("--gamma", "0.9999")})
+    runs = grid.grid_runs("tuned")
+    assert [(r.env_id, r.seed, r.steps, r.flags) for r in runs] == [
+        ("Swimmer-v4", s, 1_000_000, ("--gamma", "0.9999")) for s in (1, 2, 3)
+    ]
+    found = {("study", "Swimmer-v4"): [{"seed": s, "last_100": 300.0 + s, "eval": 310.0} for s in (1, 2, 3, 4)]}
+    defaults = {("default", "Swimmer-v4"): [{"seed": s, "last_100": 100.0 + s, "eval": 90.0} for s in (1, 2, 3, 4)]}
+    lines = tables.tuned_lines({"tuned": found, "mujoco": defaults}, {"Swimmer-v4": 0.0})
+    assert lines[0] == (
+        "Swimmer-v4, tuned (tune.py), 1M steps: last 100 episodes tuned 302 +- 1 (4 runs), the defaults 102 +- 1 "
+        "(4 runs); greedy evaluation 310 +- 0 against 90 +- 0; P(better than the defaults) 1.00 [1.00, 1.00] (better)"
+    )
+    three = {("study", "Swimmer-v4"): found[("study", "Swimmer-v4")][:3]}
+    lines = tables.tuned_lines({"tuned": three, "mujoco": defaults}, {"Swimmer-v4": 0.0})
+    assert lines[0].endswith("(too few runs)")  # 3 runs against 4 on one env: no ordering excludes chance

@@ -616,6 +616,8 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         value = f" {trial.value:.2f}" if trial.value is not None else ""
+        if trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values:
+            value = f" at step {max(trial.intermediate_values)} ({value.strip()})"
         error = f": {trial.user_attrs['error']}" if "error" in trial.user_attrs else ""
         print(f"trial {trial.number} {trial.state.name.lower()}{value} {' '.join(as_flags(trial.params))}{error}")
         failures.append(trial.state == optuna.trial.TrialState.FAIL and "error" in trial.user_attrs)

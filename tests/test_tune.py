@@ -225,3 +225,15 @@ def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_pat
     assert "cannot make NoSuchEnv-v9" in failing.stderr and "Traceback" not in failing.stderr
     failed = load(tmp_path, "f").trials
     assert [t.state.name for t in failed] == ["FAIL"] * 3 and all("NoSuchEnv" in t.user_attrs["error"] for t in failed)
+
+
+def test_the_eval_objective_is_the_closing_greedy_evaluation_averaged_over_the_seeds(tmp_path):
+    out = run_tuner(tmp_path, "run", "--study", "e", "--trials", "1", "--seeds", "1", "2", "--objective", "eval", LR,
+                    "--", *TINY, "--eval-episodes", "3")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (trial,) = load(tmp_path, "e").trials
+    evals = [
+        json.loads(p.read_text())["eval_mean_return"] for p in sorted(tmp_path.glob("runs/*__e-trial0__*/summary.json"))
+    ]
+    assert len(evals) == 2 and trial.value == pytest.approx(np.mean(evals))
+    assert len(json.loads(next(tmp_path.glob("runs/*__e-trial0__2__*/eval.json")).read_text())["returns"]) == 3

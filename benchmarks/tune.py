@@ -506,6 +506,15 @@ def command_line(script: str, flags: list[str]) -> str:
     return " ".join(["python", script, *flags])
 
 
+def cell(trial: optuna.trial.FrozenTrial, name: str) -> str:
+    """A trial's value of a flag for the table: a choice as it is (0.9999 stays 0.9999), a range's in 3 digits."""
+    value = trial.params.get(name, "")
+    ranged = isinstance(value, float) and not isinstance(
+        trial.distributions[name], optuna.distributions.CategoricalDistribution
+    )
+    return f"{value:.3g}" if ranged else str(value)
+
+
 def show(study: optuna.Study, out_dir: str, top: int = 10) -> None:
     """The top trials as a table, the best trial's command line, the history and the importances as PNGs."""
     states = {s: len(study.get_trials(deepcopy=False, states=(s,))) for s in optuna.trial.TrialState}
@@ -520,9 +529,7 @@ def show(study: optuna.Study, out_dir: str, top: int = 10) -> None:
     print("\n| trial | objective | " + " | ".join(names) + " |")
     print("|" + "---|" * (len(names) + 2))
     for t in best:
-        cells = [
-            f"{t.params[n]:.3g}" if isinstance(t.params.get(n), float) else str(t.params.get(n, "")) for n in names
-        ]
+        cells = [cell(t, n) for n in names]
         print(f"| {t.number} | {t.value:.2f} | " + " | ".join(cells) + " |")
     print(
         f"\nbest (trial {best[0].number}, {best[0].value:.2f}):\n  "

@@ -19,7 +19,7 @@ import ppo_continuous as C
 
 POINT_MASS = ["--env-id", "examples.pointmass:PointMass-v0", "--num-steps", "256"]  # 100-step episodes
 TINY = [*POINT_MASS, "--total-timesteps", "2048"]  # 8 iterations, 20 episodes: seconds a trial
-LONG_STEPS = 16384  # long enough to stop a trial midway
+LONG_STEPS = 8192  # 32 iterations: long enough to stop a trial midway
 LONG = [*POINT_MASS, "--total-timesteps", str(LONG_STEPS)]
 LR = "--param=learning-rate=1e-4:1e-2:log"
 

@@ -63,6 +63,7 @@ POLL_S = 2.0  # seconds between looks at the trial's processes
 HEARTBEAT_S = 60  # RDB storages: a running trial's heartbeat ...
 HEARTBEAT_GRACE_S = 180  # ... and how long without one before another worker marks it failed and queues it again
 TUNER_FLAGS = ("--seed", "--exp-name", "--resume", "--save-every", "--eval-checkpoint")  # tune.py sets these
+PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for the child when its parent dies
 RETURN_TAG = "charts/episodic_return"
 STEP_TAG = "charts/SPS"  # logged at every iteration's last step: how far a run has come
 
@@ -280,9 +281,8 @@ def read_scalars(folder: str | None) -> tuple[int, np.ndarray, np.ndarray]:
 
 
 def kill_with_parent() -> None:
-    """In a trial's process before it runs the script: SIGTERM it when the tuner dies, however it dies."""
-    libc = ctypes.CDLL(None)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    """In a trial's process before it runs the script: SIGTERM it when the tuner dies, however it dies (Linux)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Trial:
@@ -311,7 +311,7 @@ class Trial:
                         stdout=out,
                         stderr=out,
                         env=env,
-                        preexec_fn=kill_with_parent,
+                        preexec_fn=kill_with_parent if sys.platform.startswith("linux") else None,
                     )  # fmt: skip
                 )
 

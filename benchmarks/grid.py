@@ -115,7 +115,14 @@ DETAILS_VARIANTS = {
 FLAGS_GAME = "BreakoutNoFrameskip-v4"
 FLAGS_GAME_SEEDS = (1, 3)  # 3, not 2: seed-major, the second game (75 core-minutes) starts after every compiled run
 # benchmarks/tune.py's studies (docs/tuning.md): the best trial's flags, run at 1M steps against the defaults
-TUNED_FLAGS: dict[str, tuple[str, ...]] = {}
+# (python benchmarks/tune.py run --study swimmer --trials 40 -- --env-id Swimmer-v4 --total-timesteps 300000: trial 37)
+TUNED_FLAGS = {
+    "Swimmer-v4": (
+        "--learning-rate", "0.00019783015321235195", "--num-steps", "512", "--num-minibatches", "16",
+        "--update-epochs", "10", "--gamma", "0.9999", "--gae-lambda", "0.99", "--clip-coef", "0.2",
+        "--ent-coef", "0.015087013896853525", "--vf-coef", "0.3256118931688156", "--max-grad-norm", "5.0",
+    ),
+}  # fmt: skip
 # Python run before ppo_continuous.main for the variants that are no flag; the script itself is unchanged.
 VARIANT_PATCHES = {
     "init-std-1.0": "m.INIT_STD = 1.0",

@@ -458,8 +458,10 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     for env_id, last_100, every in (("BreakoutNoFrameskip-v4", 301.7, 120.0), ("PongNoFrameskip-v4", 19.0, 4.0)):
         run = grid.Run("atari-10m", "default", env_id, 1, None, ())
         record = {"grid": "atari-10m", "variant": "default", "env_id": env_id, "seed": 1, "steps": 9_999_360}
-        record |= {"last_10": last_100, "last_100": last_100, "mean_all": every, "eval": last_100 + 10.0}
+        record |= {"last_10": last_100 - 50.0, "last_100": last_100, "mean_all": every, "eval": last_100 + 10.0}
         record |= {"curve": [[1, 0.0]], "wall_time_s": 3600.0, "train_time_s": 36_000.0}
+        if env_id == "PongNoFrameskip-v4":  # a record from before mean_all and train_time_s: its curve, its wall time
+            record |= {"mean_all": None, "train_time_s": None, "curve": [[1, 2.0], [2, 6.0]]}
         Path(grid.record_path(run, str(records))).write_text(json.dumps(record))
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
@@ -471,7 +473,7 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert breakout[4] == f"{(301.7 - 1.7) / (31.8 - 1.7):.2f}"  # human-normalized: 0 random agent, 1 human
     assert breakout[5:8] == ["414.66 +- 28.09", "406.57 +- 31.55", "274.8"]  # CleanRL, ppo2, the paper's Table 6
     assert breakout[8] == f"10.0 ({9_999_360 / 36_000:.0f}) |"  # the training time of every process, not the last
-    assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"]
+    assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"] and rows["PongNoFrameskip-v4"][8] == "1.0 (2778) |"
     assert "One seed a game so far" in table and "Atari at 10M steps, the defaults: one seed per env" in out.stdout
 
 
@@ -480,7 +482,8 @@ def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_ov
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    folder = fake_run(tmp_path / "runs", "Hopper-v4", "tuned-study", 1, [1.0, 2.0, 3.0, 6.0])
+    returns = [float(k) for k in range(150)]  # more than the last 100
+    folder = fake_run(tmp_path / "runs", "Hopper-v4", "tuned-study", 1, returns)
     for start, seconds in ((1000.0, 50.0), (5000.0, 20.0)):  # a run and its resume, an hour apart
         writer = EventFileWriter(str(folder), filename_suffix=f".{start}")
         for t in (start, start + seconds / 2, start + seconds):
@@ -488,7 +491,7 @@ def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_ov
             writer.add_event(Event(wall_time=t, step=1, summary=scalar))
         writer.close()
     record = grid.make_record(grid.Run("tuned", "study", "Hopper-v4", 1, None, ()), str(folder))
-    assert record["mean_all"] == 3.0
+    assert record["mean_all"] == np.mean(returns) and record["last_100"] == np.mean(returns[-100:])
     real = grid.train_time(str(folder)) - 70.0  # the fake run's own event file spans its writing, a moment
     assert 0.0 <= real < 60.0 and record["train_time_s"] == pytest.approx(70.0 + real, abs=0.1)
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -113,28 +114,33 @@ def test_reports_are_the_mean_of_the_last_episodes_by_evenly_spaced_steps():
 
 
 def test_a_study_stops_resumes_its_cut_trial_first_and_scores_trials_by_their_runs_own_logs(tmp_path):
+    name = f"s{os.getpid()}"  # its processes are looked for by name, machine-wide
     proc = subprocess.Popen(
-        tuner(tmp_path, "run", "--study", "s", "--trials", "2", LR, "--", *LONG),
+        tuner(tmp_path, "run", "--study", name, "--trials", "2", LR, "--", *LONG),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    wait_until(lambda: list(tmp_path.glob("runs/*trial0__1__*/checkpoint.pt")), "the first trial's checkpoint", proc)
+    wait_until(
+        lambda: list(tmp_path.glob(f"runs/*{name}-trial0__1__*/checkpoint.pt")), "the first trial's checkpoint", proc
+    )
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=HANG_TIMEOUT)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines() == ["stopped: trial 0 cut and queued to run again first; the same command resumes"]
-    assert processes_of("s-trial0") == []  # the trial's run stopped with it
-    cut = load(tmp_path, "s").trials[0]
+    assert processes_of(f"{name}-trial0") == []  # the trial's run stopped with it
+    cut = load(tmp_path, name).trials[0]
     assert cut.state == optuna.trial.TrialState.FAIL and cut.user_attrs["cut"]
+    (cut_run,) = tmp_path.glob(f"runs/*__{name}-trial0__1__*")
+    assert (cut_run / "checkpoint.pt").exists() and not (cut_run / "summary.json").exists()  # stopped, saved
 
-    done = run_tuner(tmp_path, "run", "--study", "s", "--trials", "2", LR, "--", *LONG)
+    done = run_tuner(tmp_path, "run", "--study", name, "--trials", "2", LR, "--", *LONG)
     assert done.returncode == 0, done.stderr
-    trials = load(tmp_path, "s").trials
+    trials = load(tmp_path, name).trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]  # the cut trial is not counted
     retry = trials[1]
     assert retry.params == cut.params and retry.user_attrs["retry_of"] == 0
     # the objective: the mean of the run's last 10 training episodes, as the run itself logged and summarized them
     for t in trials[1:]:
-        (run_dir,) = tmp_path.glob(f"runs/*__s-trial{t.number}__1__*")
+        (run_dir,) = tmp_path.glob(f"runs/*__{name}-trial{t.number}__1__*")
         summary = json.loads((run_dir / "summary.json").read_text())
         assert t.value == pytest.approx(summary["mean_return_last_10"], rel=1e-5)
         assert f"--learning-rate {t.params['learning-rate']!r}" in " ".join(t.user_attrs["flags"])
@@ -150,7 +156,9 @@ def test_a_study_stops_resumes_its_cut_trial_first_and_scores_trials_by_their_ru
     command = done.stdout.split(f"best (trial {best.number}, {best.value:.2f}):\n")[1].splitlines()[0].split()
     args = tyro.cli(C.Args, args=command[2:])  # python ppo_continuous.py FLAGS: the best trial, ready to run
     assert args.learning_rate == best.params["learning-rate"] and args.total_timesteps == LONG_STEPS
-    assert (tmp_path / "s_history.png").stat().st_size > 0 and (tmp_path / "s_importances.png").stat().st_size > 0
+    assert (tmp_path / f"{name}_history.png").stat().st_size > 0 and (
+        tmp_path / f"{name}_importances.png"
+    ).stat().st_size > 0
 
 
 def hparams_of(run_dir: Path) -> dict:
@@ -185,21 +193,127 @@ def test_two_workers_share_one_study_in_a_journal_file(tmp_path):
     assert len({t.number for t in complete}) == len(complete)
 
 
-def test_the_pruner_stops_a_trial_and_its_run(tmp_path, monkeypatch):
-    class PruneAtOnce(optuna.pruners.BasePruner):
-        def prune(self, study, trial) -> bool:
-            return True
+class PruneAtOnce(optuna.pruners.BasePruner):
+    """A pruner that prunes every trial at its first report, standing in for the median pruner; it keeps the
+    arguments tune.py gave the median pruner."""
 
-    monkeypatch.setattr(tune.optuna.pruners, "MedianPruner", lambda **kwargs: PruneAtOnce())
+    made: list[dict] = []
+
+    def __init__(self, **kwargs):
+        PruneAtOnce.made.append(kwargs)
+
+    def prune(self, study, trial) -> bool:
+        return True
+
+
+def test_the_pruner_stops_a_trial_and_its_run_from_the_third_report_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune.optuna.pruners, "MedianPruner", PruneAtOnce)
     monkeypatch.chdir(ROOT)
-    tune.main(["run", "--study", "p", "--dir", str(tmp_path), "--trials", "1", LR, "--", *LONG])
-    (trial,) = load(tmp_path, "p").trials
+    name = f"p{os.getpid()}"
+    tune.main(["run", "--study", name, "--dir", str(tmp_path), "--trials", "1", LR, "--", *LONG])
+    (trial,) = load(tmp_path, name).trials
     assert trial.state == optuna.trial.TrialState.PRUNED
     assert list(trial.intermediate_values) == tune.report_steps(LONG_STEPS)[:1]  # pruned at its first report
-    assert processes_of("p-trial0") == []
-    (run_dir,) = tmp_path.glob("runs/*__p-trial0__1__*")
+    assert processes_of(f"{name}-trial0") == []
+    (run_dir,) = tmp_path.glob(f"runs/*__{name}-trial0__1__*")
     assert not (run_dir / "summary.json").exists()  # stopped, not finished
     assert scalars(run_dir)["charts/SPS"][-1][0] < LONG_STEPS
+    # the median pruner: after 5 completed trials, from the third report on (RL Zoo's warm-up of a third)
+    assert {"n_startup_trials": 5, "n_warmup_steps": tune.report_steps(LONG_STEPS)[2]} in PruneAtOnce.made
+
+
+def test_no_prune_runs_every_trial_to_its_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune.optuna.pruners, "MedianPruner", PruneAtOnce)
+    monkeypatch.chdir(ROOT)
+    tune.main(["run", "--study", "n", "--dir", str(tmp_path), "--trials", "1", "--no-prune", LR, "--", *LONG])
+    (trial,) = load(tmp_path, "n").trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert list(trial.intermediate_values) == tune.report_steps(LONG_STEPS)
+
+
+class FakeRun:
+    """A trial's runs as report_due and the objective see them: seeds whose logs the test sets."""
+
+    def __init__(self, study, number=0, flags=()):
+        self.study = study
+
+    folder = lambda self, seed: f"folder-{seed}"  # noqa: E731
+    running = lambda self: False  # noqa: E731  (ended before the first look)
+    stop = lambda self: None  # noqa: E731
+    failure = lambda self: None  # noqa: E731
+    final = lambda self: 1.0  # noqa: E731
+
+
+def fake_study(**changes) -> tune.Study:
+    study = {"name": "u", "script": "ppo_continuous.py", "fixed": [], "seeds": [1, 2], "objective": "last"}
+    study |= {"last_episodes": 2, "budget": 1000, "runs_dir": "/nowhere", "threads": 1}
+    return tune.Study(**study | changes)
+
+
+def test_reports_average_the_seeds_and_wait_for_the_slowest_and_a_run_ended_between_looks_still_reports(monkeypatch):
+    logs = {  # per seed: its progress, the steps its episodes ended at, their returns
+        "folder-1": (1000, np.array([50, 150, 250, 450]), np.array([1.0, 2.0, 3.0, 4.0])),
+        "folder-2": (450, np.array([60, 160, 260]), np.array([10.0, 20.0, 30.0])),
+    }
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    trial = optuna.create_study().ask()
+    run = FakeRun(fake_study())
+    assert tune.report_due(run, trial, 0, prune=False) == 4  # seed 2 has passed 400, not 500
+    expected = {100: (1.0 + 10.0) / 2, 200: (1.5 + 15.0) / 2, 300: (2.5 + 25.0) / 2, 400: (2.5 + 25.0) / 2}
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == pytest.approx(expected)
+    # through the objective: a run that ended before the first look still reports every value
+    logs["folder-2"] = (1000, *logs["folder-2"][1:])
+    monkeypatch.setattr(tune, "Trial", FakeRun)
+    monkeypatch.setattr(tune, "write_hparams", lambda *args: None)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(tune.objective_fn(fake_study(), [], types.SimpleNamespace(signum=None)), n_trials=1)
+    assert list(study.trials[0].intermediate_values) == tune.report_steps(1000)
+
+
+def test_the_objective_is_the_mean_over_seeds_of_the_last_episodes_asked_for(monkeypatch):
+    logs = {
+        "folder-1": (1000, np.arange(1, 9) * 100, np.arange(1.0, 9.0)),
+        "folder-2": (1000, np.array([999]), np.array([7.0])),
+    }
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    run = tune.Trial.__new__(tune.Trial)
+    run.study, run.folder = fake_study(last_episodes=3), lambda seed: f"folder-{seed}"
+    assert run.final() == pytest.approx(((6.0 + 7.0 + 8.0) / 3 + 7.0) / 2)
+
+
+def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", "/theirs")
+    started = []
+    monkeypatch.setattr(tune.subprocess, "Popen", lambda cmd, **kwargs: started.append((cmd, kwargs)))
+    monkeypatch.chdir(tmp_path)
+    tune.Trial(fake_study(threads=3, runs_dir=str(tmp_path / "runs")), 7, ["--env-id", "Pendulum-v1"])
+    assert [cmd[cmd.index("--seed") + 1] for cmd, _ in started] == ["1", "2"]
+    for cmd, kwargs in started:
+        assert (
+            kwargs["env"]["OMP_NUM_THREADS"] == "3" and kwargs["env"]["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/theirs"
+        )
+        assert cmd[cmd.index("--exp-name") + 1] == "u-trial7" and cmd[cmd.index("--eval-episodes") + 1] == "0"
+
+
+def test_only_failures_in_a_row_end_a_study(tmp_path, monkeypatch):
+    def objective_fn(study, space, stop):
+        def objective(trial):
+            if trial.number % 2 == 0:
+                trial.set_user_attr("error", "seed 1 exit 1: boom")
+                raise tune.TrialFailed("boom")
+            return 1.0
+
+        return objective
+
+    monkeypatch.setattr(tune, "objective_fn", objective_fn)
+    tune.main(["run", "--study", "f", "--dir", str(tmp_path), "--trials", "2", "--max-failures", "2", LR, "--", *TINY])
+    assert [t.state.name for t in load(tmp_path, "f").trials] == ["FAIL", "COMPLETE", "FAIL", "COMPLETE"]
+    with pytest.raises(SystemExit) as stopped:
+        tune.main(
+            ["run", "--study", "f", "--dir", str(tmp_path), "--trials", "3", "--max-failures", "1", LR, "--", *TINY]
+        )
+    assert stopped.value.code == 2
 
 
 def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_path):

@@ -244,11 +244,13 @@ def atari_10m_lines(found: dict) -> list[str]:
 
 
 def tuned_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
-    """Each env's tuned setting (benchmarks/tune.py's study) against the defaults' runs of the mujoco grid: the
-    returns, and P(a tuned run beats a default one) with its interval and verdict."""
+    """Each env's tuned setting (benchmarks/tune.py's study) against the defaults' runs (the mujoco grid's and the
+    tuned grid's own): the returns, and P(a tuned run beats a default one) with its interval and verdict."""
     lines = []
-    for (_, env_id), tuned in sorted(grids["tuned"].items()):
-        defaults = grids["mujoco"].get(("default", env_id), [])
+    for (variant, env_id), tuned in sorted(grids["tuned"].items()):
+        if variant != "study":
+            continue
+        defaults = grids["mujoco"].get(("default", env_id), []) + grids["tuned"].get(("default", env_id), [])
         found = {("tuned", env_id): tuned, ("defaults", env_id): defaults}
         st = study_stats(found, ["defaults", "tuned"], random, "defaults", (env_id,)).get("tuned", {})
         ci = st.get("p_improve_ci")

@@ -499,16 +499,17 @@ def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_ov
 def test_a_tuned_setting_stands_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path, monkeypatch):
     monkeypatch.setattr(grid, "TUNED_FLAGS", {"Swimmer-v4": ("--gamma", "0.9999")})
     runs = grid.grid_runs("tuned")
-    assert [(r.env_id, r.seed, r.steps, r.flags) for r in runs] == [
-        ("Swimmer-v4", s, 1_000_000, ("--gamma", "0.9999")) for s in (1, 2, 3)
-    ]
+    assert [(r.variant, r.env_id, r.seed, r.steps, r.flags) for r in runs] == [
+        ("study", "Swimmer-v4", s, 1_000_000, ("--gamma", "0.9999")) for s in (1, 2, 3, 4)
+    ] + [("default", "Swimmer-v4", 4, 1_000_000, ())]  # seed-major; the defaults' seed 4 beside the mujoco grid's 1-3
     found = {("study", "Swimmer-v4"): [{"seed": s, "last_100": 300.0 + s, "eval": 310.0} for s in (1, 2, 3, 4)]}
-    defaults = {("default", "Swimmer-v4"): [{"seed": s, "last_100": 100.0 + s, "eval": 90.0} for s in (1, 2, 3, 4)]}
+    found[("default", "Swimmer-v4")] = [{"seed": 4, "last_100": 104.0, "eval": 90.0}]
+    defaults = {("default", "Swimmer-v4"): [{"seed": s, "last_100": 100.0 + s, "eval": 90.0} for s in (1, 2, 3)]}
     lines = tables.tuned_lines({"tuned": found, "mujoco": defaults}, {"Swimmer-v4": 0.0})
     assert lines[0] == (
         "Swimmer-v4, tuned (tune.py), 1M steps: last 100 episodes tuned 302 +- 1 (4 runs), the defaults 102 +- 1 "
         "(4 runs); greedy evaluation 310 +- 0 against 90 +- 0; P(better than the defaults) 1.00 [1.00, 1.00] (better)"
     )
-    three = {("study", "Swimmer-v4"): found[("study", "Swimmer-v4")][:3]}
+    three = found | {("study", "Swimmer-v4"): found[("study", "Swimmer-v4")][:3]}
     lines = tables.tuned_lines({"tuned": three, "mujoco": defaults}, {"Swimmer-v4": 0.0})
     assert lines[0].endswith("(too few runs)")  # 3 runs against 4 on one env: no ordering excludes chance

@@ -312,7 +312,7 @@ class Trial:
                         stderr=out,
                         env=env,
                         preexec_fn=kill_with_parent if sys.platform.startswith("linux") else None,
-                    )  # fmt: skip
+                    )
                 )
 
     def save_every(self, flags: list[str]) -> int:
@@ -374,7 +374,7 @@ def write_hparams(folder: str, params: dict, objective: float | None) -> None:
     with SummaryWriter(folder, filename_suffix=".tune") as writer:
         if objective is None:
             metrics = {RETURN_TAG: 0.0, "tune/objective": 0.0}
-            for summary in hparams({k: v for k, v in params.items()}, metrics):
+            for summary in hparams(params, metrics):
                 writer.file_writer.add_summary(summary)
         else:
             writer.add_scalar("tune/objective", objective, 0)
@@ -404,9 +404,8 @@ def report_due(run: Trial, trial: optuna.Trial, reported: int, prune: bool) -> i
     seen = [read_scalars(run.folder(seed)) for seed in study.seeds] if reported < len(steps) else []
     while reported < len(steps) and all(progress >= steps[reported] for progress, _, _ in seen):
         means = [recent_mean(s, r, steps[reported], study.last_episodes) for _, s, r in seen]
-        if any(m is None for m in means):
-            break  # a seed without an episode yet: nothing to compare
-        trial.report(float(np.mean(means)), steps[reported])
+        if all(m is not None for m in means):  # else a seed had no episode by then: nothing to compare at that step
+            trial.report(float(np.mean(means)), steps[reported])
         reported += 1
         if prune and trial.should_prune():
             raise optuna.TrialPruned()

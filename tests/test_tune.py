@@ -351,3 +351,15 @@ def test_the_eval_objective_is_the_closing_greedy_evaluation_averaged_over_the_s
     ]
     assert len(evals) == 2 and trial.value == pytest.approx(np.mean(evals))
     assert len(json.loads(next(tmp_path.glob("runs/*__e-trial0__2__*/eval.json")).read_text())["returns"]) == 3
+
+
+def test_a_step_before_some_seeds_first_episode_is_skipped_not_waited_for(monkeypatch):
+    logs = {
+        "folder-1": (1000, np.array([50, 250]), np.array([1.0, 3.0])),
+        "folder-2": (1000, np.array([150]), np.array([5.0])),
+    }
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    trial = optuna.create_study().ask()
+    assert tune.report_due(FakeRun(fake_study()), trial, 0, prune=False) == 9
+    values = trial.storage.get_trial(trial._trial_id).intermediate_values
+    assert 100 not in values and values[200] == (1.0 + 5.0) / 2 and values[300] == (2.0 + 5.0) / 2

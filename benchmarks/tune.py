@@ -17,8 +17,8 @@ NAME=LOW:HIGH (uniform), NAME=LOW:HIGH:log (log-uniform; integers when the flag 
 
 The objective, maximized: per seed the mean return of its last --last-episodes training episodes (CleanRL's
 tuner) or, with --objective eval, the script's closing greedy evaluation; averaged over --seeds. While the
-seeds train, the same mean at REPORTS evenly spaced steps goes to Optuna's median pruner, which stops a trial
-that trails the median of the trials before it at the same step (its processes are stopped and nothing is left
+seeds train, the same mean at REPORTS - 1 evenly spaced steps goes to Optuna's median pruner, which stops a trial
+that trails the median of the completed trials at the same step (its processes are stopped and nothing is left
 running). Sampler: TPE (RL Baselines3 Zoo's choice), its first STARTUP_TRIALS trials at random.
 
 Storage: --storage, by default SQLite in {dir}/{study}.db, beside the runs ({dir} = tune/{study}). Also any
@@ -55,7 +55,7 @@ from grid import flag_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
-REPORTS = 10  # intermediate values per trial for the pruner, at evenly spaced steps of the budget
+REPORTS = 10  # the budget in tenths: a trial reports its intermediate value at each of the 9 inner steps
 PRUNE_AFTER = REPORTS // 3  # the pruner judges a trial from its REPORTS // 3-th report on (RL Zoo's warm-up)
 STARTUP_TRIALS = 10  # TPE samples this many trials at random first; the pruner waits for half of them
 LAST_EPISODES = 10  # default --last-episodes: the objective's training episodes per seed

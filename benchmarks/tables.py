@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 import grid
@@ -40,6 +41,7 @@ RANDOM_CACHE = os.path.join(grid.RECORDS_DIR, "random.json")  # committed beside
 BOOTSTRAP_REPS = 2000  # stratified-bootstrap resamples per interval
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
+IQM_CUT = 0.25  # the interquartile mean drops this fraction of runs from each end
 
 # Published figures, beside ours (same envs and step budget).
 # CleanRL: ppo_continuous_action.py on the v4 envs, 1M steps, 3 seeds, its last 100 episodes (its docs' benchmark
@@ -133,11 +135,14 @@ DETAILS_NAMES = {
 }
 
 
-def collect(runs_dir: str, grid_name: str, records_dir: str = grid.RECORDS_DIR) -> dict[tuple[str, str], list[dict]]:
-    """{(variant, env): [each finished seed's figures]} of one grid: from its run folder, else from its record."""
+def collect(
+    runs_dir: str | None, grid_name: str, records_dir: str = grid.RECORDS_DIR
+) -> dict[tuple[str, str], list[dict]]:
+    """{(variant, env): [each finished seed's figures]} of one grid: from its run folder, else from its record (only
+    the records where runs_dir is None)."""
     found: dict[tuple[str, str], list[dict]] = {}
     for run in grid.grid_runs(grid_name):
-        state, folder = run.state(runs_dir)
+        state, folder = run.state(runs_dir) if runs_dir else ("missing", None)
         record = grid.make_record(run, folder) if state == "done" else grid.read_record(run, records_dir)
         if record is not None:
             found.setdefault((run.variant, run.env_id), []).append(record)
@@ -188,14 +193,14 @@ RESULTS_HEADS = {
 }
 
 
-def results_table(grids: dict[str, dict]) -> list[str]:
+def results_blocks(grids: dict[str, dict]) -> dict[str, list[str]]:
     """The defaults' results per env: MuJoCo beside CleanRL and the paper, Atari beside a random agent."""
-    lines = []
+    blocks = {}
     for grid_name, envs, digits in (("mujoco", grid.MUJOCO_ENVS, 0), ("atari", grid.ATARI_ENVS, 1)):
         found = grids[grid_name]
         if not found:
             continue
-        lines += [RESULTS_HEADS[grid_name], "|" + " --- |" * (RESULTS_HEADS[grid_name].count("|") - 1)]
+        lines = [RESULTS_HEADS[grid_name], "|" + " --- |" * (RESULTS_HEADS[grid_name].count("|") - 1)]
         for env_id in envs:
             runs = found.get(("default", env_id), [])
             if not runs:
@@ -211,8 +216,8 @@ def results_table(grids: dict[str, dict]) -> list[str]:
             else:
                 beside = [str(RANDOM_ATARI[env_id]), PAPER_ATARI[env_id]]
             lines.append(f"| {env_id} | {len(runs)} | {last} | {ev} | {' | '.join(beside)} |")
-        lines.append("")
-    return lines
+        blocks[grid_name] = [*lines, ""]
+    return blocks
 
 
 ATARI_10M_HEAD = (
@@ -328,11 +333,26 @@ def score_matrix(runs: dict[str, list[dict]], random: dict[str, float], referenc
     return np.array([[score(e, seed) for e in envs] for seed in seeds]).reshape(len(seeds), len(envs))
 
 
+def iqm(scores: np.ndarray) -> float:
+    """The interquartile mean of every run on every env: rliable's aggregate_iqm (scipy's trim_mean, 25% cut from
+    each end), in numpy: the bootstrap calls it thousands of times."""
+    flat = np.sort(scores, axis=None)
+    cut = int(IQM_CUT * flat.size)
+    return float(flat[cut : flat.size - cut].mean())
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """(runs_x, envs), (runs_y, envs) -> P(a run of x beats a run of y on the same env), ties counted half, averaged
+    over envs: rliable's probability_of_improvement (Mann-Whitney U / (runs_x * runs_y) per env), without scipy."""
+    pairs_x, pairs_y = x[:, None, :], y[None, :, :]  # (runs_x, 1, envs), (1, runs_y, envs)
+    per_env = (pairs_x > pairs_y).mean(axis=(0, 1)) + 0.5 * (pairs_x == pairs_y).mean(axis=(0, 1))  # (envs,)
+    return float(per_env.mean())
+
+
 def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str, dict]:
     """Per setting: its IQM with the 95% stratified-bootstrap interval and, beside a baseline, the probability of
     improvement over it with its interval (rliable; runs resampled within each env)."""
     from rliable import library as rly
-    from rliable import metrics
 
     def estimates(runs: dict, metric) -> tuple[dict, dict]:
         """rliable's estimates, each setting's from its own seeded stream: none depends on the settings beside it"""
@@ -344,9 +364,9 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
         return point, ci
 
     usable = {k: m for k, m in matrices.items() if m.size}
-    iqm, iqm_ci = estimates(usable, lambda m: np.array([metrics.aggregate_iqm(m)]))
+    point, iqm_ci = estimates(usable, lambda m: np.array([iqm(m)]))
     out = {
-        k: {"iqm": float(iqm[k][0]), "iqm_ci": [float(x) for x in iqm_ci[k][:, 0]], "runs": m.size, "seeds": len(m)}
+        k: {"iqm": float(point[k][0]), "iqm_ci": [float(x) for x in iqm_ci[k][:, 0]], "runs": m.size, "seeds": len(m)}
         for k, m in usable.items()
     }
     if baseline in usable:
@@ -356,7 +376,7 @@ def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str
             if k != baseline and m.shape[1] == usable[baseline].shape[1]
         }
         if pairs:
-            p, p_ci = estimates(pairs, metrics.probability_of_improvement)
+            p, p_ci = estimates(pairs, probability_of_improvement)
             for k, (m, base) in pairs.items():
                 out[k] |= {"p_improve": float(p[k]), "p_improve_ci": [float(x) for x in np.ravel(p_ci[k])]}
                 # the smallest two-sided p an exact rank test could give these run counts: every run of one setting
@@ -451,16 +471,15 @@ def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
 FLAGS_NAMES = {"defaults": "the defaults (table1's clip 0.2 runs)", "compile": "--compile"}
 
 
-def flags_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
+def flags_blocks(grids: dict[str, dict], random: dict[str, float]) -> dict[str, list[str]]:
     """Learning under --compile and --bf16 against the defaults' runs: each run's figures and P(better than the
     defaults), which should not be separated from 1/2 (the flags change only the last bits of the numbers)."""
-    flags, lines = grids["flags"], []
+    flags, blocks = grids["flags"], {}
     compiled = {("compile", e): runs for (v, e), runs in flags.items() if v == "compile"}
     if compiled:
         found = compiled | {("defaults", e): grids["table1"][("clip-0.2", e)] for _, e in compiled}
         stats = study_stats(found, ["defaults", "compile"], random, "defaults")
-        lines += ["--compile, Table 1's clip 0.2 setting, 300k steps:", ""]
-        lines += ablation_table(found, ["defaults", "compile"], FLAGS_NAMES, random, None, stats)
+        blocks["compile"] = ablation_table(found, ["defaults", "compile"], FLAGS_NAMES, random, None, stats)
     bf16 = flags.get(("bf16", grid.FLAGS_GAME), [])
     if bf16:
         game, defaults = grid.FLAGS_GAME, grids["atari"].get(("default", grid.FLAGS_GAME), [])
@@ -475,8 +494,11 @@ def flags_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
             else ""
         )
         ours, theirs = (pm([r["last_100"] for r in runs], 1) for runs in (bf16, defaults))
-        lines += [f"--bf16, {game}, 1M steps: last 100 games {ours} ({len(bf16)} runs), the defaults' {theirs}{p}", ""]
-    return lines
+        blocks["bf16"] = [
+            f"--bf16, {game}, 1M steps: last 100 games {ours} ({len(bf16)} runs), the defaults' {theirs}{p}",
+            "",
+        ]
+    return blocks
 
 
 def reward_scaling_lines(figures: dict[str, tuple[list[float], list[float]]]) -> list[str]:
@@ -502,18 +524,13 @@ def per_seed(grids: dict[str, dict]) -> list[str]:
     return lines + [""]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", default=grid.DEFAULT_DIR, help="the folder holding runs/")
-    parser.add_argument("--records", default=grid.RECORDS_DIR, help="the records of runs whose folder is missing")
-    parser.add_argument("--per-seed", action="store_true", help="also list every run's figures")
-    parser.add_argument("--figure", help="also draw the studies' intervals to this PNG")
-    args = parser.parse_args()
-    runs_dir = os.path.join(args.dir, "runs")
-    grids = {name: collect(runs_dir, name, args.records) for name in grid.GRIDS}
+def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[str]], dict[str, str], dict]:
+    """(the grids' runs, every table as named blocks of Markdown lines, the figures the pages quote in prose by name,
+    the studies' intervals for the figure)."""
+    grids = {name: collect(runs_dir, name, records_dir) for name in grid.GRIDS}
     if not any(grids.values()):
-        sys.exit(f"error: no finished runs in {runs_dir} nor records in {args.records}: run benchmarks/grid.py first")
-    lines = results_table(grids)
+        sys.exit(f"error: no finished runs in {runs_dir} nor records in {records_dir}: run benchmarks/grid.py first")
+    blocks, quoted, panels = results_blocks(grids), {}, {}
     table1, details = grids["table1"], grids["details"]
     table1_1m = table1_at_1m(grids["table1-1m"], grids["mujoco"]) if grids["table1-1m"] else {}
     cleanrl = {e: float(CLEANRL_MUJOCO[e].split(" +- ")[0]) for e in CLEANRL_MUJOCO}
@@ -524,51 +541,166 @@ def main() -> None:
         or ((table1 or table1_1m or details or grids["flags"]) and e in grid.SMALL_ENVS)
         or ("study", e) in grids["tuned"]
     ]
-    random = random_returns(needed, os.path.join(args.records, "random.json"))
+    random = random_returns(needed, os.path.join(records_dir, "random.json"))
     if grids["mujoco"]:
         stats = results_stats(grids["mujoco"], grid.PAPER_ENVS, random, PPO2_MUJOCO)
-        lines += interval_line(
+        blocks["mujoco-paper-iqm"] = interval_line(
             stats,
             "MuJoCo, the defaults on the PPO paper's seven tasks (those with the most seeds)",
             "0 random, 1 baselines' ppo2 at 1M steps",
         )
+        quoted |= interval_figures("paper7", stats)
         stats = results_stats(grids["mujoco"], grid.MUJOCO_ENVS, random, cleanrl)
-        lines += interval_line(
+        blocks["mujoco-cleanrl-iqm"] = interval_line(
             stats,
             "MuJoCo, the defaults on the envs with a CleanRL figure (those with the most seeds)",
             "0 random, 1 CleanRL's published return",
         )
+        quoted |= interval_figures("cleanrl", stats)
     if grids["atari"]:
         stats = results_stats(grids["atari"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
-        lines += interval_line(stats, "Atari, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
+        blocks["atari-iqm"] = interval_line(stats, "Atari, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
+        quoted |= interval_figures("atari", stats)
     if grids["atari-10m"]:
-        lines += ["Atari at the script's own budget, the defaults:", ""] + atari_10m_lines(grids["atari-10m"])
         stats = results_stats(grids["atari-10m"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
-        lines += interval_line(stats, "Atari at 10M steps, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
+        blocks["atari-10m"] = atari_10m_lines(grids["atari-10m"])
+        blocks["atari-10m"] += interval_line(
+            stats, "Atari at 10M steps, the defaults", "0 random agent, 1 human, Mnih et al. 2015"
+        )
     if table1 or table1_1m or details:
-        lines += ["Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS), ""]
-        lines += [
-            "Intervals: IQM of normalized scores (0 random, 1 the defaults' mean), P(better than the defaults)",
+        blocks["random-policy"] = [
+            "Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS),
             "",
         ]
-    panels = {}
-    for title, found in (("Table 1, 300k steps", table1), ("Table 1, 1M steps", table1_1m)):
+    for name, found in (("table1", table1), ("table1-1m", table1_1m)):
         if found:
             stats = study_stats(found, list(grid.TABLE1_VARIANTS), random, "clip-0.2")
-            lines += [f"{title}:", ""]
-            lines += ablation_table(found, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
-            panels[title] = (stats, TABLE1_NAMES)
+            blocks[name] = ablation_table(found, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
+            panels[TITLES[name].split("\n")[-1].removesuffix(":")] = (stats, TABLE1_NAMES)
     if details:
         # the defaults of the details grid are table1's clip 0.2 runs
         merged = details | {("default", e): runs for (v, e), runs in table1.items() if v == "clip-0.2"}
         variants = ["default", *grid.DETAILS_VARIANTS]
         stats = study_stats(merged, variants, random, "default")
-        lines += ["One detail at a time, 300k steps:", ""]
-        lines += ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
+        blocks["details"] = ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
         panels["One detail at a time"] = (stats, DETAILS_NAMES)
-    lines += flags_lines(grids, random) if grids["flags"] else []
-    lines += tuned_lines(grids, random)
-    lines += reward_scaling_lines(REWARD_SCALING_HOPPER)
+    if grids["flags"]:
+        blocks |= flags_blocks(grids, random)
+    if grids["tuned"]:
+        blocks["tuned"] = tuned_lines(grids, random)
+    blocks["reward-scaling"] = reward_scaling_lines(REWARD_SCALING_HOPPER)
+    return grids, blocks, quoted, panels
+
+
+def interval_figures(name: str, stats: dict) -> dict[str, str]:
+    """An interval line's figures, for the prose that quotes them: {name}_iqm, {name}_ci, {name}_runs."""
+    if "default" not in stats:
+        return {}
+    st = stats["default"]
+    return {
+        f"{name}_iqm": f"{st['iqm']:.2f}",
+        f"{name}_ci": "[{:.2f}, {:.2f}]".format(*st["iqm_ci"]),
+        f"{name}_runs": str(st["runs"]),
+    }
+
+
+# Printed above a table (the pages have their own words for it).
+TITLES = {
+    "atari-10m": "Atari at the script's own budget, the defaults:",
+    "table1": "Intervals: IQM of normalized scores (0 random, 1 the defaults' mean), P(better than the defaults)\n\n"
+    "Table 1, 300k steps:",
+    "table1-1m": "Table 1, 1M steps:",
+    "details": "One detail at a time, 300k steps:",
+    "compile": "--compile, Table 1's clip 0.2 setting, 300k steps:",
+}
+# The pages that show the tables: each table sits between "<!-- tables.py: NAME -->" and "<!-- /tables.py -->",
+# written by --write, and checked by --check (and by the suite) against the committed records.
+PAGES = [
+    "README.md",
+    *sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(grid.ROOT, "docs")) if f.endswith(".md")),
+]
+BLOCK = re.compile(r"(<!-- tables\.py: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /tables\.py -->)", re.S)
+# Figures quoted in the pages' prose: each phrase, with {name} where a figure of build()'s stands, must appear on its
+# page (any run of spaces and line breaks matching one space); --write puts the records' figures in.
+QUOTED_IN: dict[str, list[str]] = {}
+
+
+def phrase_pattern(phrase: str) -> re.Pattern:
+    """A phrase with {name} fields -> a pattern matching it with any figures in the fields."""
+    parts = re.split(r"\{(\w+)\}", phrase)  # literal, name, literal, name, ..., literal
+    literal = lambda text: r"\s+".join(re.escape(word) for word in text.split(" "))  # noqa: E731
+    return re.compile("".join(rf"(?P<{p}>\S.*?)" if i % 2 else literal(p) for i, p in enumerate(parts)), re.S)
+
+
+def refresh(page: str, text: str, blocks: dict[str, list[str]], quoted: dict[str, str]) -> str:
+    """A page's text with every marked table and every quoted figure as the records give them."""
+
+    def table(match: re.Match) -> str:
+        name = match["name"]
+        if name not in blocks:
+            raise ValueError(f"{page}: no table named {name} (tables.py writes {', '.join(blocks)})")
+        lines = blocks[name]
+        while lines and not lines[-1]:
+            lines = lines[:-1]
+        return match[1] + "\n".join(lines) + "\n" + match[4]
+
+    text = BLOCK.sub(table, text)
+    for phrase in QUOTED_IN.get(page, []):
+        found = phrase_pattern(phrase).search(text)
+        if found is None:
+            raise ValueError(f"{page}: the phrase {phrase!r} is gone (or reworded): update tables.QUOTED_IN")
+        missing = [name for name in found.groupdict() if name not in quoted]
+        if missing:
+            raise ValueError(f"{page}: no figure named {missing[0]} in the records")
+        new = found[0]
+        for name in sorted(found.groupdict(), key=lambda n: -found.start(n)):  # from the end: offsets stay valid
+            start, end = found.start(name) - found.start(), found.end(name) - found.start()
+            new = new[:start] + quoted[name] + new[end:]
+        text = text[: found.start()] + new + text[found.end() :]
+    return text
+
+
+def pages_out_of_date(root: str, blocks: dict[str, list[str]], quoted: dict[str, str], write: bool) -> list[str]:
+    """The pages whose tables or quoted figures differ from the records' (rewritten where write)."""
+    stale = []
+    for page in PAGES:
+        path = os.path.join(root, page)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            text = f.read()
+        try:
+            new = refresh(page, text, blocks, quoted)
+        except ValueError as error:
+            sys.exit(f"error: {error}")
+        if new != text:
+            stale.append(page)
+            if write:
+                with open(path, "w") as f:
+                    f.write(new)
+    return stale
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", default=grid.DEFAULT_DIR, help="the folder holding runs/")
+    parser.add_argument("--records", default=grid.RECORDS_DIR, help="the records of runs whose folder is missing")
+    parser.add_argument("--per-seed", action="store_true", help="also list every run's figures")
+    parser.add_argument("--figure", help="also draw the studies' intervals to this PNG")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--write", action="store_true", help="write the tables and quoted figures into the pages")
+    what.add_argument("--check", action="store_true", help="exit 1 naming each page that differs from the records")
+    parser.add_argument("--root", default=grid.ROOT, help="where the pages are (README.md, docs/)")
+    args = parser.parse_args()
+    # the pages show the committed records only: a run folder of this machine never leaks into them
+    runs_dir = None if args.write or args.check else os.path.join(args.dir, "runs")
+    grids, blocks, quoted, panels = build(runs_dir, args.records)
+    if args.write or args.check:
+        stale = pages_out_of_date(args.root, blocks, quoted, write=args.write)
+        for page in stale:
+            print(f"{'wrote' if args.write else 'differs from the records'}: {page}", file=sys.stderr)
+        sys.exit(1 if stale and args.check else 0)
+    lines = [line for name, block in blocks.items() for line in ([TITLES[name], ""] if name in TITLES else []) + block]
     if args.per_seed:
         lines += per_seed(grids)
     print("\n".join(lines))

@@ -1094,7 +1094,8 @@ def check_env(args: Args) -> str | None:
             env = gym.make(args.env_id, **env_kwargs)
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
-        return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
+        given = f" with --env-kwargs {args.env_kwargs}" if env_kwargs else ""  # only what the user gave
+        return f"cannot make {args.env_id}{given} ({why(e)})"
     if "ale_py" not in entry_point:  # say what trains it
         box = isinstance(env.action_space, gym.spaces.Box) and len(env.action_space.shape) == 1
         other = "train it with ppo_continuous.py" if box else "ppo_continuous.py trains Box (A,) actions: neither does"

@@ -1097,7 +1097,8 @@ def check_env(args: Args) -> str | None:
             env = gym.make(args.env_id, **env_kwargs)
         env.close()
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
-        return f"cannot make {args.env_id} with --env-kwargs {args.env_kwargs} ({why(e)})"
+        given = f" with --env-kwargs {args.env_kwargs}" if env_kwargs else ""  # only what the user gave
+        return f"cannot make {args.env_id}{given} ({why(e)})"
     if not isinstance(env.action_space, gym.spaces.Box) or len(env.action_space.shape) != 1:  # say what trains it
         atari = "ale_py" in str(env.spec.entry_point)
         other = "train it with ppo_atari.py" if atari else "ppo_atari.py trains Atari games: neither does"

@@ -238,10 +238,18 @@ def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
     [
         ("probe:Probe-v0", "{reward: 1}", ["--env-kwargs", "is not JSON"]),
         ("probe:Probe-v0", "[1, 2]", ["cannot make probe:Probe-v0 with --env-kwargs [1, 2]", "must be a mapping"]),
-        ("probe:Probe-v0", '{"colour": "red"}', ["cannot make probe:Probe-v0", "TypeError", "colour"]),
+        (
+            "probe:Probe-v0",
+            '{"colour": "red"}',
+            ['cannot make probe:Probe-v0 with --env-kwargs {"colour": "red"} (', "TypeError"],
+        ),
         ("nosuchmodule:Probe-v0", "{}", ["cannot make nosuchmodule:Probe-v0", "No module named 'nosuchmodule'"]),
         ("broken:Probe-v0", "{}", ["cannot make broken:Probe-v0", "ZeroDivisionError"]),
-        ("probe:Nope-v0", "{}", ["cannot make probe:Nope-v0", "NameNotFound", "`Nope` doesn't exist"]),
+        (
+            "probe:Nope-v0",
+            "{}",
+            ["cannot make probe:Nope-v0 (", "NameNotFound", "`Nope` doesn't exist"],
+        ),  # no kwargs said
         ("probe:Probe-v0", '{"fail": "reset"}', ["probe:Probe-v0 failed", "RuntimeError: reset broke"]),
         ("probe:Probe-v0", '{"fail": "step"}', ["probe:Probe-v0 failed", "ValueError: step broke"]),
         ("probe:Probe-v0", '{"fail": "reset-shape"}', ["probe:Probe-v0 failed", "shape [(3,), (2,)], not (2,)"]),
@@ -274,9 +282,13 @@ def test_an_atari_game_given_to_ppo_continuous_is_sent_to_ppo_atari(folder):
 @pytest.mark.parametrize(
     "env_id, kwargs, words",
     [
-        ("ALE/Pong-v5", '{"colour": "red"}', ["cannot make ALE/Pong-v5", "colour"]),
+        ("ALE/Pong-v5", '{"colour": "red"}', ['cannot make ALE/Pong-v5 with --env-kwargs {"colour": "red"} (']),
         ("ALE/Pong-v5", '{"frameskip": 4}', ["ALE/Pong-v5 failed"]),  # AtariPreprocessing skips frames itself
-        ("nosuchmodule:ALE/Pong-v5", "{}", ["cannot make nosuchmodule:ALE/Pong-v5", "No module named 'nosuchmodule'"]),
+        (
+            "nosuchmodule:ALE/Pong-v5",
+            "{}",
+            ["cannot make nosuchmodule:ALE/Pong-v5 (", "No module named 'nosuchmodule'"],
+        ),
         ("probe:Probe-v0", "{}", ["probe:Probe-v0 (Box(", "is no Atari game", "train it with ppo_continuous.py"]),
         ("CartPole-v1", "{}", ["CartPole-v1 (Discrete(2) actions) is no Atari game", "neither does"]),
         ("probe:Probe-v0", '{"act": [2, 3]}', ["(2, 3), float32) actions) is no Atari game", "neither does"]),

@@ -107,6 +107,20 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+@pytest.mark.parametrize("avx512_bf16, amx", [(True, False), (False, True), (True, True), (False, False)])
+def test_bf16_takes_a_cpu_with_either_bf16_instruction_set_and_refuses_one_with_neither(
+    monkeypatch, module, avx512_bf16, amx
+):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    error = module.check_args(module.Args(bf16=True, cuda=False))
+    if avx512_bf16 or amx:  # AVX512-BF16 (Zen 4, Cooper Lake) or AMX (Sapphire Rapids) alone runs bf16 in hardware
+        assert error is None, error
+    else:
+        assert error.startswith("--bf16 needs bf16 in hardware") and "CPU has none" in error
+
+
 @pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
 def test_bf16_on_a_cpu_without_bf16_instructions_is_one_line_and_exit_2_before_anything_is_written(tmp_path, script):
     command = [sys.executable, "-c", NO_BF16, str(ROOT / script), "--bf16", "--no-cuda", "--total-timesteps", "4096"]

@@ -34,6 +34,7 @@ import sys
 
 import grid
 import numpy as np
+from quoted import QUOTED_IN
 
 RANDOM_EPISODES = 100
 RANDOM_SEED = 0
@@ -471,15 +472,16 @@ def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
 FLAGS_NAMES = {"defaults": "the defaults (table1's clip 0.2 runs)", "compile": "--compile"}
 
 
-def flags_blocks(grids: dict[str, dict], random: dict[str, float]) -> dict[str, list[str]]:
+def flags_blocks(grids: dict[str, dict], random: dict[str, float]) -> tuple[dict[str, list[str]], dict[str, object]]:
     """Learning under --compile and --bf16 against the defaults' runs: each run's figures and P(better than the
     defaults), which should not be separated from 1/2 (the flags change only the last bits of the numbers)."""
-    flags, blocks = grids["flags"], {}
+    flags, blocks, quoted = grids["flags"], {}, {}
     compiled = {("compile", e): runs for (v, e), runs in flags.items() if v == "compile"}
     if compiled:
         found = compiled | {("defaults", e): grids["table1"][("clip-0.2", e)] for _, e in compiled}
         stats = study_stats(found, ["defaults", "compile"], random, "defaults")
         blocks["compile"] = ablation_table(found, ["defaults", "compile"], FLAGS_NAMES, random, None, stats)
+        quoted |= stats_figures("compile", stats)
     bf16 = flags.get(("bf16", grid.FLAGS_GAME), [])
     if bf16:
         game, defaults = grid.FLAGS_GAME, grids["atari"].get(("default", grid.FLAGS_GAME), [])
@@ -487,6 +489,7 @@ def flags_blocks(grids: dict[str, dict], random: dict[str, float]) -> dict[str, 
             k: score_matrix({game: runs}, RANDOM_ATARI, HUMAN_ATARI) for k, runs in (("d", defaults), ("b", bf16))
         }
         st = intervals(matrices, "d").get("b", {})
+        quoted |= stats_figures("bf16", {"bf16": st}) if st else {}
         ci = st.get("p_improve_ci")
         p = (
             f"; P(better than the defaults) {st['p_improve']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({verdict(st)})"
@@ -498,7 +501,7 @@ def flags_blocks(grids: dict[str, dict], random: dict[str, float]) -> dict[str, 
             f"--bf16, {game}, 1M steps: last 100 games {ours} ({len(bf16)} runs), the defaults' {theirs}{p}",
             "",
         ]
-    return blocks
+    return blocks, quoted
 
 
 def reward_scaling_lines(figures: dict[str, tuple[list[float], list[float]]]) -> list[str]:
@@ -531,8 +534,17 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
     if not any(grids.values()):
         sys.exit(f"error: no finished runs in {runs_dir} nor records in {records_dir}: run benchmarks/grid.py first")
     blocks, quoted, panels = results_blocks(grids), {}, {}
+    for grid_name, found in grids.items():
+        for (variant, env_id), runs in found.items():
+            quoted |= run_figures(f"{grid_name}/{variant}/{short(env_id)}", runs, env_id)
+        for variant in sorted({v for v, _ in found}):  # how long a run of the grid took, over all its envs
+            every = [r for (v, _), runs in found.items() if v == variant for r in runs]
+            minutes = run_figures(f"{grid_name}/{variant}/all", every, "")
+            quoted |= {k: x for k, x in minutes.items() if k.endswith(("/min/minutes", "/max/minutes"))}
     table1, details = grids["table1"], grids["details"]
     table1_1m = table1_at_1m(grids["table1-1m"], grids["mujoco"]) if grids["table1-1m"] else {}
+    for (variant, env_id), runs in table1_1m.items():  # its clip 0.2 row: the mujoco grid's runs
+        quoted |= run_figures(f"table1-1m/{variant}/{short(env_id)}", runs, env_id)
     cleanrl = {e: float(CLEANRL_MUJOCO[e].split(" +- ")[0]) for e in CLEANRL_MUJOCO}
     needed = [
         e
@@ -542,6 +554,16 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         or ("study", e) in grids["tuned"]
     ]
     random = random_returns(needed, os.path.join(records_dir, "random.json"))
+    for env_id, runs in (
+        (e, grids["mujoco"][("default", e)]) for e in CLEANRL_MUJOCO if ("default", e) in grids["mujoco"]
+    ):
+        ours, theirs = float(np.mean([r["last_10"] for r in runs])), cleanrl[env_id]
+        quoted |= {
+            f"ratio/{short(env_id)}/cleanrl": ours / theirs,
+            f"difference/{short(env_id)}/cleanrl": ours - theirs,
+        }
+        if env_id in CLEANRL_HERE:
+            quoted[f"ratio/{short(env_id)}/cleanrl-here"] = ours / float(np.mean(CLEANRL_HERE[env_id]))
     if grids["mujoco"]:
         stats = results_stats(grids["mujoco"], grid.PAPER_ENVS, random, PPO2_MUJOCO)
         blocks["mujoco-paper-iqm"] = interval_line(
@@ -549,18 +571,18 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
             "MuJoCo, the defaults on the PPO paper's seven tasks (those with the most seeds)",
             "0 random, 1 baselines' ppo2 at 1M steps",
         )
-        quoted |= interval_figures("paper7", stats)
+        quoted |= stats_figures("paper7", stats)
         stats = results_stats(grids["mujoco"], grid.MUJOCO_ENVS, random, cleanrl)
         blocks["mujoco-cleanrl-iqm"] = interval_line(
             stats,
             "MuJoCo, the defaults on the envs with a CleanRL figure (those with the most seeds)",
             "0 random, 1 CleanRL's published return",
         )
-        quoted |= interval_figures("cleanrl", stats)
+        quoted |= stats_figures("cleanrl", stats)
     if grids["atari"]:
         stats = results_stats(grids["atari"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
         blocks["atari-iqm"] = interval_line(stats, "Atari, the defaults", "0 random agent, 1 human, Mnih et al. 2015")
-        quoted |= interval_figures("atari", stats)
+        quoted |= stats_figures("atari", stats)
     if grids["atari-10m"]:
         stats = results_stats(grids["atari-10m"], grid.ATARI_ENVS, RANDOM_ATARI, HUMAN_ATARI)
         blocks["atari-10m"] = atari_10m_lines(grids["atari-10m"])
@@ -577,6 +599,7 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
             stats = study_stats(found, list(grid.TABLE1_VARIANTS), random, "clip-0.2")
             blocks[name] = ablation_table(found, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
             panels[TITLES[name].split("\n")[-1].removesuffix(":")] = (stats, TABLE1_NAMES)
+            quoted |= stats_figures(name, stats)
     if details:
         # the defaults of the details grid are table1's clip 0.2 runs
         merged = details | {("default", e): runs for (v, e), runs in table1.items() if v == "clip-0.2"}
@@ -584,24 +607,60 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         stats = study_stats(merged, variants, random, "default")
         blocks["details"] = ablation_table(merged, variants, DETAILS_NAMES, random, None, stats)
         panels["One detail at a time"] = (stats, DETAILS_NAMES)
+        quoted |= stats_figures("details", stats)
     if grids["flags"]:
-        blocks |= flags_blocks(grids, random)
+        flag_blocks, flag_figures = flags_blocks(grids, random)
+        blocks, quoted = blocks | flag_blocks, quoted | flag_figures
     if grids["tuned"]:
         blocks["tuned"] = tuned_lines(grids, random)
+        for (variant, env_id), tuned in grids["tuned"].items():
+            if variant == "study":  # the defaults beside it: the mujoco grid's seeds and the tuned grid's own
+                defaults = grids["mujoco"].get(("default", env_id), []) + grids["tuned"].get(("default", env_id), [])
+                quoted |= run_figures(f"tuned/defaults/{short(env_id)}", defaults, env_id)
+                found = {("tuned", env_id): tuned, ("defaults", env_id): defaults}
+                stats = study_stats(found, ["defaults", "tuned"], random, "defaults", (env_id,))
+                quoted |= stats_figures(f"tuned/{short(env_id)}", stats)
     blocks["reward-scaling"] = reward_scaling_lines(REWARD_SCALING_HOPPER)
+    blocks["per-seed"] = per_seed(grids)
     return grids, blocks, quoted, panels
 
 
-def interval_figures(name: str, stats: dict) -> dict[str, str]:
-    """An interval line's figures, for the prose that quotes them: {name}_iqm, {name}_ci, {name}_runs."""
-    if "default" not in stats:
-        return {}
-    st = stats["default"]
-    return {
-        f"{name}_iqm": f"{st['iqm']:.2f}",
-        f"{name}_ci": "[{:.2f}, {:.2f}]".format(*st["iqm_ci"]),
-        f"{name}_runs": str(st["runs"]),
-    }
+def short(env_id: str) -> str:
+    return env_id.split("NoFrameskip")[0].removesuffix("-v4")
+
+
+def run_figures(prefix: str, runs: list[dict], env_id: str) -> dict[str, float]:
+    """{prefix}/{seed}/{figure} of each run and {prefix}/{mean|std|min|max}/{figure} over them, for quoted.py."""
+
+    def figure(r: dict, key: str) -> float:
+        if key == "minutes":  # its whole training time (train_time_s sums every resumed process's)
+            return (r.get("train_time_s") or r.get("wall_time_s") or math.nan) / 60
+        if key == "human":  # the human-normalized last 100 (Atari)
+            low, high = RANDOM_ATARI.get(env_id, math.nan), HUMAN_ATARI.get(env_id, math.nan)
+            return (r["last_100"] - low) / (high - low)
+        return math.nan if r.get(key) is None else r[key]
+
+    out = {}
+    for key in ("last_10", "last_100", "eval", "minutes", "human"):
+        values = [(r["seed"], figure(r, key)) for r in runs]
+        values = [(seed, v) for seed, v in values if not math.isnan(v)]
+        out |= {f"{prefix}/{seed}/{key}": v for seed, v in values}
+        if values:
+            for name, stat in (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max)):
+                out[f"{prefix}/{name}/{key}"] = float(stat([v for _, v in values]))
+    return out
+
+
+def stats_figures(prefix: str, stats: dict) -> dict[str, object]:
+    """Each setting's intervals for quoted.py: {prefix}/{setting}/{iqm|iqm_ci|runs|p|p_ci|verdict}."""
+    out: dict[str, object] = {}
+    for k, st in stats.items():
+        out |= {f"{prefix}/{k}/iqm": st["iqm"], f"{prefix}/{k}/runs": st["runs"], f"{prefix}/{k}/verdict": verdict(st)}
+        out[f"{prefix}/{k}/iqm_ci"] = "[{:.2f}, {:.2f}]".format(*st["iqm_ci"])
+        if "p_improve" in st:
+            out[f"{prefix}/{k}/p"] = st["p_improve"]
+            out[f"{prefix}/{k}/p_ci"] = "[{:.2f}, {:.2f}]".format(*st["p_improve_ci"])
+    return out
 
 
 # Printed above a table (the pages have their own words for it).
@@ -613,26 +672,23 @@ TITLES = {
     "details": "One detail at a time, 300k steps:",
     "compile": "--compile, Table 1's clip 0.2 setting, 300k steps:",
 }
-# The pages that show the tables: each table sits between "<!-- tables.py: NAME -->" and "<!-- /tables.py -->",
+# The pages (README.md, docs/*.md) show the tables, each between "<!-- tables.py: NAME -->" and "<!-- /tables.py -->":
 # written by --write, and checked by --check (and by the suite) against the committed records.
-PAGES = [
-    "README.md",
-    *sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(grid.ROOT, "docs")) if f.endswith(".md")),
-]
 BLOCK = re.compile(r"(<!-- tables\.py: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /tables\.py -->)", re.S)
-# Figures quoted in the pages' prose: each phrase, with {name} where a figure of build()'s stands, must appear on its
-# page (any run of spaces and line breaks matching one space); --write puts the records' figures in.
-QUOTED_IN: dict[str, list[str]] = {}
+FIELD = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")  # {name} or {name:format spec} in a quoted phrase
+# what a field matches on the page: an interval "[0.13, 0.16]", a number, or a verdict of up to three words
+FIGURE = r"(\[[^\]]{1,30}\]|-?\d+(?:\.\d+)?|[a-z]+(?:\s[a-z]+){0,2})"
 
 
 def phrase_pattern(phrase: str) -> re.Pattern:
-    """A phrase with {name} fields -> a pattern matching it with any figures in the fields."""
-    parts = re.split(r"\{(\w+)\}", phrase)  # literal, name, literal, name, ..., literal
+    """A phrase of quoted.py -> a pattern matching it with any figures in its fields (a run of spaces and line breaks
+    matches each space: the page may wrap the phrase anywhere)."""
+    parts = FIELD.split(phrase)  # literal, name, spec, literal, name, spec, ..., literal
     literal = lambda text: r"\s+".join(re.escape(word) for word in text.split(" "))  # noqa: E731
-    return re.compile("".join(rf"(?P<{p}>\S.*?)" if i % 2 else literal(p) for i, p in enumerate(parts)), re.S)
+    return re.compile(FIGURE.join(literal(parts[i]) for i in range(0, len(parts), 3)))
 
 
-def refresh(page: str, text: str, blocks: dict[str, list[str]], quoted: dict[str, str]) -> str:
+def refresh(page: str, text: str, blocks: dict[str, list[str]], quoted: dict[str, object]) -> str:
     """A page's text with every marked table and every quoted figure as the records give them."""
 
     def table(match: re.Match) -> str:
@@ -646,33 +702,37 @@ def refresh(page: str, text: str, blocks: dict[str, list[str]], quoted: dict[str
 
     text = BLOCK.sub(table, text)
     for phrase in QUOTED_IN.get(page, []):
-        found = phrase_pattern(phrase).search(text)
-        if found is None:
-            raise ValueError(f"{page}: the phrase {phrase!r} is gone (or reworded): update tables.QUOTED_IN")
-        missing = [name for name in found.groupdict() if name not in quoted]
-        if missing:
-            raise ValueError(f"{page}: no figure named {missing[0]} in the records")
-        new = found[0]
-        for name in sorted(found.groupdict(), key=lambda n: -found.start(n)):  # from the end: offsets stay valid
-            start, end = found.start(name) - found.start(), found.end(name) - found.start()
-            new = new[:start] + quoted[name] + new[end:]
-        text = text[: found.start()] + new + text[found.end() :]
+        if FIELD.fullmatch(phrase.split(" ")[-1]) or FIELD.fullmatch(phrase.split(" ")[0]):
+            raise ValueError(f"{page}: the phrase {phrase!r} starts or ends in a figure: give it a word there")
+        found = list(phrase_pattern(phrase).finditer(text))
+        if len(found) != 1:
+            why = "is gone (or reworded)" if not found else f"is on the page {len(found)} times: make it longer"
+            raise ValueError(f"{page}: the phrase {phrase!r} {why}: update benchmarks/quoted.py")
+        found = found[0]
+        fields = FIELD.findall(phrase)  # [(name, spec)], one per group of the match
+        for number, (name, spec) in reversed(list(enumerate(fields, 1))):  # from the end: offsets stay valid
+            if name not in quoted:
+                raise ValueError(f"{page}: no figure named {name} in the records")
+            start, end = found.start(number), found.end(number)
+            figure, line_break = format(quoted[name], spec), re.search(r"\s+", text[start:end])
+            if line_break:  # "[0.63,\n1.00]": the page's line stays where it broke
+                figure = figure.replace(" ", line_break[0], 1)
+            text = text[:start] + figure + text[end:]
     return text
 
 
-def pages_out_of_date(root: str, blocks: dict[str, list[str]], quoted: dict[str, str], write: bool) -> list[str]:
+def pages_out_of_date(root: str, blocks: dict[str, list[str]], quoted: dict[str, object], write: bool) -> list[str]:
     """The pages whose tables or quoted figures differ from the records' (rewritten where write)."""
-    stale = []
-    for page in PAGES:
+    stale, docs = [], os.path.join(root, "docs")
+    for page in ["README.md", *(f"docs/{f}" for f in sorted(os.listdir(docs)) if f.endswith(".md"))]:
         path = os.path.join(root, page)
-        if not os.path.exists(path):
-            continue
         with open(path) as f:
             text = f.read()
         try:
             new = refresh(page, text, blocks, quoted)
         except ValueError as error:
-            sys.exit(f"error: {error}")
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
         if new != text:
             stale.append(page)
             if write:
@@ -691,18 +751,21 @@ def main() -> None:
     what.add_argument("--write", action="store_true", help="write the tables and quoted figures into the pages")
     what.add_argument("--check", action="store_true", help="exit 1 naming each page that differs from the records")
     parser.add_argument("--root", default=grid.ROOT, help="where the pages are (README.md, docs/)")
+    parser.add_argument("--names", action="store_true", help="list the figures quoted.py can name, with their values")
     args = parser.parse_args()
     # the pages show the committed records only: a run folder of this machine never leaks into them
-    runs_dir = None if args.write or args.check else os.path.join(args.dir, "runs")
+    runs_dir = None if args.write or args.check or args.names else os.path.join(args.dir, "runs")
     grids, blocks, quoted, panels = build(runs_dir, args.records)
+    if args.names:
+        print("\n".join(f"{name} = {value}" for name, value in quoted.items()))
+        return
     if args.write or args.check:
         stale = pages_out_of_date(args.root, blocks, quoted, write=args.write)
         for page in stale:
             print(f"{'wrote' if args.write else 'differs from the records'}: {page}", file=sys.stderr)
         sys.exit(1 if stale and args.check else 0)
-    lines = [line for name, block in blocks.items() for line in ([TITLES[name], ""] if name in TITLES else []) + block]
-    if args.per_seed:
-        lines += per_seed(grids)
+    shown = [name for name in blocks if name != "per-seed" or args.per_seed]
+    lines = [line for name in shown for line in ([TITLES[name], ""] if name in TITLES else []) + blocks[name]]
     print("\n".join(lines))
     if args.figure and panels:
         figure(panels, args.figure)

@@ -1,0 +1,105 @@
+"""Figures that cannot drift: every table the README and docs/ show, and every figure their prose quotes from the
+records, is what benchmarks/tables.py computes from the committed records (tables.py --write puts them there, --check
+says which page differs). Read from the committed records: no run, seconds."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tables
+from conftest import HANG_TIMEOUT, ROOT
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "tables.py"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+
+
+def test_the_pages_show_the_tables_and_quoted_figures_the_committed_records_give():
+    proc = check("--check")
+    assert proc.returncode == 0, f"{proc.stderr}\nrun: python benchmarks/tables.py --write"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    marked = sum(page.read_text().count("<!-- tables.py: ") for page in pages)
+    assert marked >= 10  # the results tables, Table 1 at two budgets, the details, the flags: all written, none copied
+    quoted = sum(len(phrases) for phrases in tables.QUOTED_IN.values())
+    assert quoted >= 10
+
+
+@pytest.fixture()
+def copy(tmp_path):
+    """The pages and the records, in a scratch folder: what a changed record does to them."""
+    shutil.copy(ROOT / "README.md", tmp_path)
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copytree(ROOT / "benchmarks" / "records", tmp_path / "records")
+    return tmp_path
+
+
+def change(record, key: str, by: float) -> None:
+    data = json.loads(record.read_text())
+    data[key] += by
+    record.write_text(json.dumps(data))
+
+
+def test_a_changed_record_fails_the_check_on_each_page_that_quotes_it_and_write_mends_them(copy):
+    args = ["--records", str(copy / "records"), "--root", str(copy)]
+    # a table: HalfCheetah's last 10 episodes in the results tables of the README and docs/results.md
+    change(copy / "records" / "HalfCheetah-v4__mujoco-default__1.json", "last_10", 300.0)
+    proc = check("--check", *args)
+    stale = {line.split(": ")[-1] for line in proc.stderr.splitlines()}
+    assert proc.returncode == 1 and {"README.md", "docs/results.md", "docs/choices.md"} <= stale, proc.stderr
+    assert "docs/tuning.md" not in stale and "docs/gridworld.md" not in stale  # no figure of that run there
+    assert check("--write", *args).returncode == 0
+    row = next(line for line in (copy / "README.md").read_text().splitlines() if line.startswith("| HalfCheetah-v4 |"))
+    assert row.startswith("| HalfCheetah-v4 | 3 | 5563 +- ")  # 5463 + 300 / 3
+    assert check("--check", *args).returncode == 0
+    # a figure in prose: the tuned Swimmer runs' mean, quoted by the README and docs/tuning.md, in no table there
+    change(copy / "records" / "Swimmer-v4__tuned-study__1.json", "last_100", 400.0)
+    proc = check("--check", *args)
+    assert proc.returncode == 1 and "README.md" in proc.stderr and "docs/tuning.md" in proc.stderr, proc.stderr
+    assert check("--write", *args).returncode == 0
+    assert "400 +- 222 against 104 +- 29" in " ".join((copy / "README.md").read_text().split())
+
+
+def test_a_table_or_phrase_the_records_cannot_give_is_one_line_and_exit_2(copy):
+    args = ["--records", str(copy / "records"), "--root", str(copy)]
+    studies = copy / "docs" / "studies.md"
+    studies.write_text(studies.read_text() + "\n<!-- tables.py: table9 -->\n<!-- /tables.py -->\n")
+    proc = check("--check", *args)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "docs/studies.md: no table named table9" in proc.stderr
+    shutil.copy(ROOT / "docs" / "studies.md", studies)
+    page, phrase = next((p, ph[0]) for p, ph in tables.QUOTED_IN.items() if ph)
+    text = (copy / page).read_text()
+    found = tables.phrase_pattern(phrase).search(text)
+    (copy / page).write_text(text[: found.start()] + "reworded" + text[found.end() :])
+    proc = check("--check", *args)
+    assert proc.returncode == 2 and f"{page}: the phrase" in proc.stderr and "is gone" in proc.stderr
+
+
+def test_refresh_writes_tables_between_markers_and_figures_into_phrases_across_line_breaks(monkeypatch):
+    monkeypatch.setattr(tables, "QUOTED_IN", {"p.md": ["the IQM of the {n} runs is {iqm} ({ci};"]})
+    table = "Top\n<!-- tables.py: t -->\n| old |\n<!-- /tables.py -->\n"
+    text = table + "the IQM of the\n21 runs is 1.16 ([1.13,\n1.22]; more\n"
+    new = tables.refresh("p.md", text, {"t": ["| new |", "| row |", ""]}, {"n": "9", "iqm": "0.50", "ci": "[0.1, 0.9]"})
+    # the figures replaced where they stand, the page's line breaks kept (one inside the interval)
+    assert new.startswith("Top\n<!-- tables.py: t -->\n| new |\n| row |\n<!-- /tables.py -->\n")
+    assert new.endswith("\nthe IQM of the\n9 runs is 0.50 ([0.1,\n0.9]; more\n")
+    assert (
+        tables.refresh("p.md", new, {"t": ["| new |", "| row |"]}, {"n": "9", "iqm": "0.50", "ci": "[0.1, 0.9]"}) == new
+    )
+    with pytest.raises(ValueError, match="no figure named iqm"):
+        tables.refresh("p.md", text, {"t": []}, {"n": "9", "ci": "x"})
+
+
+def test_the_numpy_iqm_and_probability_of_improvement_are_rlibles():
+    from rliable import metrics
+
+    rng = np.random.default_rng(0)
+    for shape_x, shape_y in (((3, 3), (3, 3)), ((5, 1), (2, 1)), ((4, 2), (3, 2)), ((10, 7), (10, 7))):
+        x, y = rng.integers(0, 4, shape_x).astype(float), rng.integers(0, 4, shape_y).astype(float)  # ties: half
+        assert tables.iqm(x) == pytest.approx(metrics.aggregate_iqm(x), abs=1e-12)
+        assert tables.probability_of_improvement(x, y) == pytest.approx(metrics.probability_of_improvement(x, y))
+        assert tables.probability_of_improvement(x, x) == 0.5

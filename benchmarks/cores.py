@@ -4,6 +4,7 @@ python benchmarks/cores.py      # prints it
 """
 
 import os
+import platform
 
 
 def usable_cores() -> int:
@@ -13,6 +14,18 @@ def usable_cores() -> int:
     if threads.isdigit() and int(threads) > 0:
         return int(threads)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what platform knows): every speed figure names it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        if models:
+            return models[0]
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 if __name__ == "__main__":

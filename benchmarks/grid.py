@@ -60,7 +60,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from cores import usable_cores
+from cores import cpu_model, usable_cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(ROOT, "evidence")
@@ -243,6 +243,7 @@ def make_record(run: Run, folder: str) -> dict:
         "sps": summary.get("sps"),
         "wall_time_s": summary.get("wall_time_s"),
         "train_time_s": train_time(folder),
+        "cpu": cpu_model(),  # of the machine that finished the run (speed figures name their machine)
         "episodes": summary.get("episodes"),
         "curve": [[round(float(s.mean())), round(float(r.mean()), 2)] for s, r in slices if len(s)],
         "source": f"run folder {os.path.basename(folder)}",

@@ -37,7 +37,6 @@ import importlib.util
 import inspect
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -49,7 +48,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from cores import usable_cores
+from cores import cpu_model, usable_cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
@@ -60,13 +59,7 @@ PHASES = ("env", "inference", "storage", "GAE", "update")
 
 def machine() -> str:
     """The CPU model (/proc/cpuinfo), the cores this process may use of the machine's, torch's version."""
-    cpu = platform.processor() or platform.machine() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = models[0] if models else cpu
-    except OSError:
-        pass
+    cpu = cpu_model()
     gpu = f", GPU {torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}" if torch.cuda.is_available() else ""
     return f"machine: {cpu}, {usable_cores()} usable cores of {os.cpu_count()}, torch {torch.__version__}{gpu}"
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cores
 import grid
 import numpy as np
 import pytest
@@ -54,6 +55,7 @@ def test_records_of_finished_runs_give_tables_the_same_figures_once_the_run_fold
     assert record["last_100"] == pytest.approx(np.mean([206.0 + k for k in range(50, 150)]))
     assert len(record["curve"]) == grid.CURVE_POINTS and record["curve"][0] == [1500, 206.5]  # mean step, mean return
     assert len((records / "Hopper-v4__table1-clip-0.3__2.json").read_bytes()) < 8000  # a few KB
+    assert record["cpu"] == cores.cpu_model() and record["cpu"]  # the machine its speed figures were measured on
 
     flags = ["--dir", str(tmp_path), "--records", str(records), "--per-seed"]
     from_folders = tool("tables.py", *flags)

@@ -539,8 +539,12 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
             quoted |= run_figures(f"{grid_name}/{variant}/{short(env_id)}", runs, env_id)
         for variant in sorted({v for v, _ in found}):  # how long a run of the grid took, over all its envs
             every = [r for (v, _), runs in found.items() if v == variant for r in runs]
-            minutes = run_figures(f"{grid_name}/{variant}/all", every, "")
-            quoted |= {k: x for k, x in minutes.items() if k.endswith(("/min/minutes", "/max/minutes"))}
+            for group, rs in [("all", every)] + [
+                (f"seed{n}", [r for r in every if r["seed"] == n]) for n in range(1, 5)
+            ]:
+                speed = run_figures(f"{grid_name}/{variant}/{group}", rs, "")
+                ends = tuple(f"/{stat}/{figure}" for stat in ("min", "max") for figure in ("minutes", "sps"))
+                quoted |= {k: x for k, x in speed.items() if k.endswith(ends)}
     table1, details = grids["table1"], grids["details"]
     table1_1m = table1_at_1m(grids["table1-1m"], grids["mujoco"]) if grids["table1-1m"] else {}
     for (variant, env_id), runs in table1_1m.items():  # its clip 0.2 row: the mujoco grid's runs
@@ -641,7 +645,7 @@ def run_figures(prefix: str, runs: list[dict], env_id: str) -> dict[str, float]:
         return math.nan if r.get(key) is None else r[key]
 
     out = {}
-    for key in ("last_10", "last_100", "eval", "minutes", "human"):
+    for key in ("last_10", "last_100", "eval", "minutes", "sps", "human"):
         values = [(r["seed"], figure(r, key)) for r in runs]
         values = [(seed, v) for seed, v in values if not math.isnan(v)]
         out |= {f"{prefix}/{seed}/{key}": v for seed, v in values}

@@ -289,6 +289,29 @@ def commit_record(path: str, label: str) -> str:
     return f"not committed ({why})"
 
 
+PAGES = ("README.md", "docs")  # what tables.py --write rewrites from the records
+
+
+def commit_pages(label: str, root: str = ROOT) -> str:
+    """After a record is committed: the pages' tables and quoted figures rewritten from the records (tables.py
+    --write) and committed, so that the pages never lag the records (the suite checks them); left alone where the
+    pages hold someone's uncommitted edits. What happened, in words."""
+    git = ["git", "-C", root]
+    if subprocess.run([*git, "diff", "--quiet", "HEAD", "--", *PAGES], capture_output=True).returncode != 0:
+        return "pages not rewritten: README.md or docs/ holds uncommitted edits (run benchmarks/tables.py --write)"
+    tables = [sys.executable, os.path.join(root, "benchmarks", "tables.py"), "--write"]
+    done = subprocess.run(tables, capture_output=True, text=True)
+    if done.returncode == 0 and subprocess.run([*git, "diff", "--quiet", "--", *PAGES]).returncode == 0:
+        return "pages unchanged"
+    if done.returncode == 0:
+        message = f"pages: tables and quoted figures with {label}"
+        done = subprocess.run([*git, "commit", "-q", "-m", message, "--", *PAGES], capture_output=True, text=True)
+    if done.returncode == 0:
+        return "pages rewritten and committed"
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return f"pages not rewritten ({lines[-1] if lines else f'exit {done.returncode}'})"
+
+
 def grid_runs(name: str) -> list[Run]:
     """The runs of one named grid, seed-major: a grid cut short still has every setting on its first seeds."""
     if name == "mujoco":
@@ -380,6 +403,8 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
                 if r.grid in GRIDS:
                     path = write_record(r, r.state(runs_dir)[1], records_dir)
                     recorded = f"; record {path}" + (f", {commit_record(path, r.label)}" if commit else "")
+                    if recorded.endswith(", committed") and os.path.samefile(records_dir, RECORDS_DIR):
+                        recorded += f", {commit_pages(r.label)}"
                 print(f"done  {what} in {(time.time() - started) / 60:.1f} min{recorded}", flush=True)
                 continue
             failed += 1

@@ -124,6 +124,26 @@ def test_named_grids_are_the_protocols_seed_major():
     assert set(command[6:]) == {"--exp-name", "atari-10m-default", "--save-every", str(grid.SAVE_EVERY)}
 
 
+def test_a_committed_record_brings_the_pages_up_to_date_in_a_commit_of_their_own(tmp_path):
+    clone = tmp_path / "clone"
+    git = lambda *a: subprocess.run(["git", "-C", str(clone), *a], capture_output=True, text=True, timeout=HANG_TIMEOUT)  # noqa: E731
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=HANG_TIMEOUT)
+    git("config", "user.email", "grid@example.com"), git("config", "user.name", "grid")
+    record = clone / "benchmarks" / "records" / "HalfCheetah-v4__mujoco-default__1.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps(data | {"last_10": data["last_10"] + 300.0}))  # a run that landed higher
+    git("commit", "-q", "-m", "records: HalfCheetah", "--", str(record))
+    assert grid.commit_pages("HalfCheetah-v4__mujoco-default__1", str(clone)) == "pages rewritten and committed"
+    assert "| HalfCheetah-v4 | 3 | 5563 +- " in (clone / "README.md").read_text()
+    changed = git("show", "--name-only", "--format=%s", "HEAD").stdout.split()
+    assert changed[0] == "pages:" and "README.md" in changed and "docs/results.md" in changed
+    assert git("status", "--porcelain").stdout == ""
+    assert grid.commit_pages("again", str(clone)) == "pages unchanged"
+    (clone / "docs" / "studies.md").write_text("someone's edit, not committed")
+    assert grid.commit_pages("x", str(clone)).startswith("pages not rewritten: README.md or docs/ holds uncommitted")
+    assert (clone / "docs" / "studies.md").read_text() == "someone's edit, not committed"
+
+
 def test_commit_record_commits_that_record_alone_and_waits_out_another_git_command(tmp_path, monkeypatch):
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, timeout=HANG_TIMEOUT)

@@ -244,6 +244,10 @@ def atari_10m_lines(found: dict) -> list[str]:
         cells += [CLEANRL_ATARI_10M[env_id], PPO2_ATARI_10M[env_id], PAPER_ATARI[env_id].removesuffix(" (10M)")]
         cells.append(f"{pm([t / 3600 for t in hours], 1)} ({pm(sps)})")
         lines.append(f"| {env_id} | {len(runs)} | {' | '.join(cells)} |")
+    cpus = sorted({r.get("cpu") or "a CPU not recorded" for runs in found.values() for r in runs})
+    lines.append(
+        f"\nHours of training and steps per second on {', '.join(cpus)} (one thread a run, two runs at a time)."
+    )
     if max(len(runs) for runs in found.values()) < 2:
         lines.append("\nOne seed a game so far: the figures are that run's, with no spread and no interval.")
     return lines + [""]
@@ -593,6 +597,8 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         blocks["atari-10m"] += interval_line(
             stats, "Atari at 10M steps, the defaults", "0 random agent, 1 human, Mnih et al. 2015"
         )
+    else:  # the pages' place for the table, until its first run lands
+        blocks["atari-10m"] = ["No run of the `atari-10m` grid has reached 10M steps yet.", ""]
     if table1 or table1_1m or details:
         blocks["random-policy"] = [
             "Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS),

@@ -5,10 +5,17 @@ it committed (benchmarks/records/) where a run folder is missing.
     python benchmarks/tables.py --per-seed        # and every run's own figures
     python benchmarks/tables.py --dir evidence    # where grid.py put runs/
     python benchmarks/tables.py --figure docs/intervals.png   # the intervals as a figure
+    python benchmarks/tables.py --write           # the README's and docs' tables and quoted figures, from the records
+    python benchmarks/tables.py --check           # exit 1 naming each page that differs from the records (the suite's)
+
+The pages never copy a table by hand: each sits between "<!-- tables.py: NAME -->" and "<!-- /tables.py -->", and
+every figure their prose quotes from the records is a phrase of benchmarks/quoted.py; --write and --check read the
+committed records only, never a run folder of this machine.
 
 Figures, per run: the mean of its last 10 training episodes and of its closing greedy evaluation (10
 episodes, the mean action), both from summary.json, and the mean of its last 100 training episodes
-(TensorBoard), the PPO paper's Table 1 score. Across seeds: mean +- std (numpy's, over the seeds).
+(TensorBoard), the PPO paper's Table 1 score. Across seeds: mean +- std (numpy's population std, ddof 0, over the
+seeds: the statistic of CleanRL's published tables).
 
 Table 1's normalized score, as the paper computes it: per environment, a random policy's return maps to 0
 and the best setting's mean return to 1; each run is scored so, and the scores of all runs of a setting

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import quoted
 import tables
 from conftest import HANG_TIMEOUT, ROOT
 
@@ -103,3 +104,35 @@ def test_the_numpy_iqm_and_probability_of_improvement_are_rlibles():
         assert tables.iqm(x) == pytest.approx(metrics.aggregate_iqm(x), abs=1e-12)
         assert tables.probability_of_improvement(x, y) == pytest.approx(metrics.probability_of_improvement(x, y))
         assert tables.probability_of_improvement(x, x) == 0.5
+
+
+def test_a_phrase_twice_on_a_page_or_one_that_starts_or_ends_in_a_figure_is_refused(monkeypatch):
+    figures = {"n": 9}
+    monkeypatch.setattr(tables, "QUOTED_IN", {"p.md": ["runs: {n} of them"]})
+    with pytest.raises(ValueError, match="is on the page 2 times"):
+        tables.refresh("p.md", "runs: 3 of them, and again runs: 3 of them", {}, figures)
+    for phrase in ("{n} runs of them", "runs of them: {n}"):
+        monkeypatch.setattr(tables, "QUOTED_IN", {"p.md": [phrase]})
+        with pytest.raises(ValueError, match="starts or ends in a figure"):
+            tables.refresh("p.md", "3 runs of them: 3", {}, figures)
+
+
+def test_a_runs_minutes_are_its_whole_training_time_and_the_quoted_helpers_keep_their_format():
+    resumed = {"seed": 1, "last_10": 1.0, "last_100": 2.0, "eval": 3.0, "wall_time_s": 60.0, "train_time_s": 600.0}
+    figures = tables.run_figures("g/v/e", [resumed, resumed | {"seed": 2, "train_time_s": None}], "e")
+    assert figures["g/v/e/1/minutes"] == 10.0 and figures["g/v/e/2/minutes"] == 1.0  # no train_time_s: wall time
+    assert figures["g/v/e/max/minutes"] == 10.0 and figures["g/v/e/mean/last_100"] == 2.0
+    assert quoted.pm("x", spec=".1f") == "{x/mean/last_100:.1f} +- {x/std/last_100:.1f}"
+    assert quoted.runs("x", "eval", ".2f", last=" and ") == "{x/1/eval:.2f}, {x/2/eval:.2f} and {x/3/eval:.2f}"
+
+
+def test_the_pages_are_checked_against_the_records_never_a_run_folder_of_this_machine(copy, tmp_path):
+    from test_records import fake_run
+
+    # a finished run folder here whose figures differ from its committed record
+    fake_run(tmp_path / "here" / "runs", "Swimmer-v4", "mujoco-default", 1, [900.0] * 120)
+    args = ["--dir", str(tmp_path / "here"), "--records", str(copy / "records"), "--root", str(copy)]
+    assert check("--check", *args).returncode == 0
+    assert "| Swimmer-v4 | 3 | 105 +- 34 |" not in check(*args[:2]).stdout  # printing reads the folder here
+    assert "mujoco/default/Swimmer/1/last_100 = 129.6" in check("--names", *args).stdout
+    assert check("--write", *args).returncode == 0 and check("--check", *args[2:]).returncode == 0

@@ -477,6 +477,13 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert breakout[8] == f"10.0 ({9_999_360 / 36_000:.0f}) |"  # the training time of every process, not the last
     assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"] and rows["PongNoFrameskip-v4"][8] == "1.0 (2778) |"
     assert "One seed a game so far" in table and "Atari at 10M steps, the defaults: one seed per env" in out.stdout
+    assert "Hours of training and steps per second on a CPU not recorded" in table
+    second = json.loads(Path(grid.record_path(run, str(records))).read_text()) | {"seed": 2, "cpu": "AMD EPYC"}
+    Path(grid.record_path(grid.Run("atari-10m", "default", run.env_id, 2, None, ()), str(records))).write_text(
+        json.dumps(second)
+    )
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert "One seed a game so far" not in out.stdout and "on AMD EPYC, a CPU not recorded" in out.stdout
 
 
 def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_over_all_of_training(tmp_path):

@@ -363,3 +363,22 @@ def test_a_step_before_some_seeds_first_episode_is_skipped_not_waited_for(monkey
     assert tune.report_due(FakeRun(fake_study()), trial, 0, prune=False) == 9
     values = trial.storage.get_trial(trial._trial_id).intermediate_values
     assert 100 not in values and values[200] == (1.0 + 5.0) / 2 and values[300] == (2.0 + 5.0) / 2
+
+
+def test_without_prune_a_trial_the_pruner_would_stop_runs_on_and_with_prune_it_stops(monkeypatch):
+    logs = {f"folder-{seed}": (1000, np.array([50, 150]), np.array([1.0, 2.0])) for seed in (1, 2)}
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    reports = []
+    trial = types.SimpleNamespace(report=lambda value, step: reports.append(step), should_prune=lambda: True)
+    assert tune.report_due(FakeRun(fake_study()), trial, 0, prune=False) == 9 and len(reports) == 9
+    with pytest.raises(optuna.TrialPruned):
+        tune.report_due(FakeRun(fake_study()), trial, 0, prune=True)
+
+
+def test_a_trial_checkpoints_twice_a_report_so_the_pruner_reads_flushed_logs():
+    batch = 2048  # ppo_continuous.py's defaults: 1 env x 2048 steps
+    iterations = 2 * tune.REPORTS * 5
+    trial = types.SimpleNamespace(study=fake_study(budget=iterations * batch))
+    every = tune.Trial.save_every(trial, [])
+    assert iterations // every == 2 * tune.REPORTS
+    assert tune.Trial.save_every(trial, ["--num-steps", "1024"]) == 2 * every  # from the trial's own flags

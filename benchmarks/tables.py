@@ -260,6 +260,21 @@ def atari_10m_lines(found: dict) -> list[str]:
     return lines + [""]
 
 
+def atari_10m_summary(found: dict) -> list[str]:
+    """The README's line on the default Atari run: what each game reached at 10M steps, and in how long."""
+    games = [(e, found[("default", e)]) for e in grid.ATARI_ENVS if ("default", e) in found]
+    if not games:
+        return ["No run has reached 10M steps yet.", ""]
+    reached = [
+        f"{short(e)} {pm([r['last_100'] for r in runs], 1)} (CleanRL {CLEANRL_ATARI_10M[e]})" for e, runs in games
+    ]
+    every = [r for _, runs in games for r in runs]
+    hours = pm([(r.get("train_time_s") or r["wall_time_s"]) / 3600 for r in every], 1)
+    cpus = ", ".join(sorted({r.get("cpu") or "a CPU not recorded" for r in every}))
+    head = f"At 10M steps, {len(every)} run{'s' if len(every) > 1 else ''}, the last 100 games:"
+    return [f"{head} {'; '.join(reached)}; {hours} hours a run on {cpus}.", ""]
+
+
 def tuned_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
     """Each env's tuned setting (benchmarks/tune.py's study) against the defaults' runs (the mujoco grid's and the
     tuned grid's own): the returns, and P(a tuned run beats a default one) with its interval and verdict."""
@@ -606,6 +621,7 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         )
     else:  # the pages' place for the table, until its first run lands
         blocks["atari-10m"] = ["No run of the `atari-10m` grid has reached 10M steps yet.", ""]
+    blocks["atari-10m-summary"] = atari_10m_summary(grids["atari-10m"])
     if table1 or table1_1m or details:
         blocks["random-policy"] = [
             "Random policy, mean return: " + ", ".join(f"{e} {random[e]:.1f}" for e in grid.SMALL_ENVS),

@@ -560,17 +560,7 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
     if not any(grids.values()):
         sys.exit(f"error: no finished runs in {runs_dir} nor records in {records_dir}: run benchmarks/grid.py first")
     blocks, quoted, panels = results_blocks(grids), {}, {}
-    for grid_name, found in grids.items():
-        for (variant, env_id), runs in found.items():
-            quoted |= run_figures(f"{grid_name}/{variant}/{short(env_id)}", runs, env_id)
-        for variant in sorted({v for v, _ in found}):  # how long a run of the grid took, over all its envs
-            every = [r for (v, _), runs in found.items() if v == variant for r in runs]
-            for group, rs in [("all", every)] + [
-                (f"seed{n}", [r for r in every if r["seed"] == n]) for n in range(1, 5)
-            ]:
-                speed = run_figures(f"{grid_name}/{variant}/{group}", rs, "")
-                ends = tuple(f"/{stat}/{figure}" for stat in ("min", "max") for figure in ("minutes", "sps"))
-                quoted |= {k: x for k, x in speed.items() if k.endswith(ends)}
+    quoted |= record_figures(grids)
     table1, details = grids["table1"], grids["details"]
     table1_1m = table1_at_1m(grids["table1-1m"], grids["mujoco"]) if grids["table1-1m"] else {}
     for (variant, env_id), runs in table1_1m.items():  # its clip 0.2 row: the mujoco grid's runs
@@ -656,6 +646,25 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
     blocks["reward-scaling"] = reward_scaling_lines(REWARD_SCALING_HOPPER)
     blocks["per-seed"] = per_seed(grids)
     return grids, blocks, quoted, panels
+
+
+def record_figures(grids: dict[str, dict]) -> dict[str, float]:
+    """Every run's figures for quoted.py, per env ({grid}/{variant}/{env}/...) and, for how long runs took, over a
+    setting's envs: all its runs ({grid}/{variant}/all/{min|max}/{minutes|sps}) and each seed's (.../seed{n}/...)."""
+    out: dict[str, float] = {}
+    ends = tuple(f"/{stat}/{figure}" for stat in ("min", "max") for figure in ("minutes", "sps"))
+    for grid_name, found in grids.items():
+        for (variant, env_id), runs in found.items():
+            out |= run_figures(f"{grid_name}/{variant}/{short(env_id)}", runs, env_id)
+        for variant in sorted({v for v, _ in found}):
+            every = [r for (v, _), runs in found.items() if v == variant for r in runs]
+            groups = [("all", every)] + [
+                (f"seed{n}", [r for r in every if r["seed"] == n]) for n in {r["seed"] for r in every}
+            ]
+            for group, runs in groups:
+                speed = run_figures(f"{grid_name}/{variant}/{group}", runs, "")
+                out |= {k: x for k, x in speed.items() if k.endswith(ends)}
+    return out
 
 
 def short(env_id: str) -> str:

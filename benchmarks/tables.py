@@ -559,8 +559,7 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
     grids = {name: collect(runs_dir, name, records_dir) for name in grid.GRIDS}
     if not any(grids.values()):
         sys.exit(f"error: no finished runs in {runs_dir} nor records in {records_dir}: run benchmarks/grid.py first")
-    blocks, quoted, panels = results_blocks(grids), {}, {}
-    quoted |= record_figures(grids)
+    blocks, quoted, panels = results_blocks(grids), record_figures(grids), {}
     table1, details = grids["table1"], grids["details"]
     table1_1m = table1_at_1m(grids["table1-1m"], grids["mujoco"]) if grids["table1-1m"] else {}
     for (variant, env_id), runs in table1_1m.items():  # its clip 0.2 row: the mujoco grid's runs

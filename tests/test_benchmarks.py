@@ -133,11 +133,13 @@ def test_a_committed_record_brings_the_pages_up_to_date_in_a_commit_of_their_own
     data = json.loads(record.read_text())
     record.write_text(json.dumps(data | {"last_10": data["last_10"] + 300.0}))  # a run that landed higher
     git("commit", "-q", "-m", "records: HalfCheetah", "--", str(record))
+    (clone / "notes.txt").write_text("the user's work, staged")
+    git("add", "notes.txt")
     assert grid.commit_pages("HalfCheetah-v4__mujoco-default__1", str(clone)) == "pages rewritten and committed"
     assert "| HalfCheetah-v4 | 3 | 5563 +- " in (clone / "README.md").read_text()
     changed = git("show", "--name-only", "--format=%s", "HEAD").stdout.split()
     assert changed[0] == "pages:" and "README.md" in changed and "docs/results.md" in changed
-    assert git("status", "--porcelain").stdout == ""
+    assert git("status", "--porcelain").stdout == "A  notes.txt\n"  # the user's staged file: staged, not committed
     assert grid.commit_pages("again", str(clone)) == "pages unchanged"
     (clone / "docs" / "studies.md").write_text("someone's edit, not committed")
     assert grid.commit_pages("x", str(clone)).startswith("pages not rewritten: README.md or docs/ holds uncommitted")
@@ -278,6 +280,27 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     assert resumed_log.startswith("why it was cut\n") and "trained" in resumed_log  # the log goes on, kept
     # each run of a named grid that finished here left its record (the one done before, and the ad-hoc one, none)
     assert sorted(p.name for p in records.iterdir()) == ["Hopper-v4__table1-a__1.json", "Hopper-v4__table1-b__1.json"]
+
+
+def test_with_commit_each_record_of_the_repositorys_records_brings_its_pages_along(tmp_path, monkeypatch, capsys):
+    repo, runs_dir, records = tmp_path / "repo", tmp_path / "evidence" / "runs", tmp_path / "records"
+    repo.mkdir(), records.mkdir()
+    (repo / "ppo_continuous.py").write_text(FAKE_SCRIPT)
+    monkeypatch.setattr(grid, "ROOT", str(repo))
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    committed, paged = [], []
+    monkeypatch.setattr(grid, "commit_record", lambda path, label: committed.append(label) or "committed")
+    monkeypatch.setattr(grid, "commit_pages", lambda label: paged.append(label) or "pages rewritten and committed")
+    first, second = (grid.Run("table1", "a", "Hopper-v4", seed, 2048, ()) for seed in (1, 2))
+    monkeypatch.setattr(grid, "RECORDS_DIR", str(records))  # the repository's own records: pages follow
+    assert grid.run([first], str(runs_dir), parallel=1, records_dir=str(records), commit=True) == 0
+    assert (
+        committed == paged == ["Hopper-v4__table1-a__1"]
+        and "committed, pages rewritten and committed" in capsys.readouterr().out
+    )
+    monkeypatch.setattr(grid, "RECORDS_DIR", str(tmp_path))  # records kept elsewhere: no page quotes them
+    assert grid.run([second], str(runs_dir), parallel=1, records_dir=str(records), commit=True) == 0
+    assert committed == ["Hopper-v4__table1-a__1", "Hopper-v4__table1-a__2"] and paged == ["Hopper-v4__table1-a__1"]
 
 
 def test_grid_status_lists_every_first_seed_before_any_second(tmp_path):

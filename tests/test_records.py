@@ -486,6 +486,7 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     )
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert "One seed a game so far" not in out.stdout and "on AMD EPYC, a CPU not recorded" in out.stdout
+    assert "At 10M steps, 3 runs, the last 100 games: Breakout 301.7 (CleanRL" in out.stdout  # runs, not games
 
 
 def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_over_all_of_training(tmp_path):

@@ -449,7 +449,20 @@ def test_the_network_is_the_nature_cnn_orthogonal_with_gains_sqrt2_001_and_1_and
         assert torch.allclose(rows, gain**2 * torch.eye(rows.shape[0]), atol=1e-4), layer
         assert layer.bias.abs().sum() == 0
     assert agent.network[7].out_features == A.HIDDEN == 512
+    sizes, x = [], torch.zeros(1, A.FRAME_STACK, A.SCREEN, A.SCREEN)
+    for layer in agent.network[:6]:  # no padding: 84 -> 20 -> 9 -> 7, the 3136 features of the Nature CNN
+        x = layer(x)
+        sizes += [tuple(x.shape[2:])] if isinstance(layer, torch.nn.Conv2d) else []
+    assert sizes == [(20, 20), (9, 9), (7, 7)] and agent.network[7].in_features == 64 * 7 * 7
     envs.close()
+
+
+@pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "ALE/Pong-v5"])
+def test_a_game_is_cut_at_108k_frames_as_in_the_ppo_paper_and_cleanrl(env_id):
+    env = A.make_env(env_id, 0, False, "test", {})()
+    env.reset(seed=0)
+    assert env.unwrapped.ale.getInt("max_num_frames_per_episode") == 108_000  # 30 minutes of play at 60 Hz
+    env.close()
 
 
 class LosesALifeAtOnce(FakeGame):

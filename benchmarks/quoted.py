@@ -5,8 +5,9 @@ figure in it is no longer what the records give; `tables.py --write` puts the re
 phrase matches any run of spaces and line breaks.
 
 Names: {grid}/{variant}/{env}/{seed}/{figure} for one run (env without -v4 or NoFrameskip-v4; figure last_10,
-last_100, eval, minutes, human), {grid}/{variant}/{env}/{mean|std|min|max}/{figure} over its seeds, and the
-intervals and ratios build() names beside its tables ({study}/{setting}/{p|p_ci|iqm|iqm_ci|runs}).
+last_100, eval, minutes, sps, human), {grid}/{variant}/{env}/{mean|std|min|max}/{figure} over its seeds,
+{grid}/{variant}/{all|seed1|...}/{min|max}/{minutes|sps} over a setting's envs, and the intervals and ratios build()
+names beside its tables ({study}/{setting}/{p|p_ci|iqm|iqm_ci|runs|verdict}, ratio/{env}/cleanrl, ...).
 """
 
 

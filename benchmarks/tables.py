@@ -269,10 +269,11 @@ def atari_10m_summary(found: dict) -> list[str]:
         f"{short(e)} {pm([r['last_100'] for r in runs], 1)} (CleanRL {CLEANRL_ATARI_10M[e]})" for e, runs in games
     ]
     every = [r for _, runs in games for r in runs]
-    hours = pm([(r.get("train_time_s") or r["wall_time_s"]) / 3600 for r in every], 1)
+    seconds = [r.get("train_time_s") or r["wall_time_s"] for r in every]
+    hours, sps = pm([t / 3600 for t in seconds], 1), pm([r["steps"] / t for r, t in zip(every, seconds)])
     cpus = ", ".join(sorted({r.get("cpu") or "a CPU not recorded" for r in every}))
     head = f"At 10M steps, {len(every)} run{'s' if len(every) > 1 else ''}, the last 100 games:"
-    return [f"{head} {'; '.join(reached)}; {hours} hours a run on {cpus}.", ""]
+    return [f"{head} {'; '.join(reached)}; {hours} hours a run ({sps} steps per second) on {cpus}.", ""]
 
 
 def tuned_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:

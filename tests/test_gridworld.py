@@ -171,6 +171,10 @@ def test_environment_truncates_after_the_time_limit(monkeypatch):
     state, _, terminated, truncated, final_state, _ = envs.step(np.array([0]))
     assert truncated[0] and not terminated[0] and final_state[0] == G.START
     assert state[0] == G.START  # reset in the same step; the final cell is returned apart
+    for _ in range(G.MAX_EPISODE_STEPS - 1):  # the next episode has a whole time limit of its own
+        _, _, terminated, truncated, _, _ = envs.step(np.array([0]))
+        assert not (terminated[0] or truncated[0])
+    assert envs.step(np.array([0]))[3][0]
 
 
 # --- learning, end to end ----------------------------------------------------------------------
@@ -602,6 +606,20 @@ def test_grade_measures_the_critic_against_v_pi_and_the_return_from_the_start():
     assert graded["optimal_return"] == pytest.approx(V_star[G.START])
     agent.logits = 50.0 * (Q_star == Q_star.max(1, keepdims=True))  # greedy in Q*: optimal everywhere
     assert G.grade(agent, P, R, 0.9, V_star, Q_star)["greedy_optimal_fraction_all_cells"] == 1.0
+
+
+def test_greedy_optimal_fraction_counts_the_visited_cells_that_are_not_terminal():
+    P, R = G.dynamics()
+    V_star, Q_star = G.value_iteration(P, R, 0.9)
+    agent = G.Agent.uniform()
+    agent.logits = np.random.default_rng(0).normal(size=agent.logits.shape)  # greedy: some optimal, some not
+    pi = agent.policy()
+    graded = G.grade(agent, P, R, 0.9, V_star, Q_star)
+    visited = G.discounted_visitation(P, pi, 0.9) >= G.VISITED / (1 - 0.9)
+    cells = visited & ~G.TERMINAL  # a terminal cell has no action to grade
+    optimal = Q_star[np.arange(G.NUM_STATES), agent.logits.argmax(1)] >= Q_star.max(1) - G.Q_TIE
+    assert 0.0 < graded["greedy_optimal_fraction"] < 1.0
+    assert graded["greedy_optimal_fraction"] == pytest.approx(optimal[cells].sum() / cells.sum())
 
 
 def test_final_kl_is_the_kl_from_the_old_policy_to_the_new_one():

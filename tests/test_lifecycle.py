@@ -576,6 +576,43 @@ def test_eval_checkpoint_takes_the_env_and_seed_from_the_saved_run_not_the_comma
     assert result["episodes"] == 1 and dataclasses.asdict(ckpt["args"])["seed"] == 3
 
 
+def test_eval_checkpoint_films_as_its_command_line_says_not_as_the_run_was_trained(trained, tmp_path, monkeypatch):
+    filmed = []  # capture_video of each evaluation environment, which is then made without a camera (no renderer)
+    real = C.make_env
+
+    def make_env(env_id, idx, video, run_name, env_kwargs):
+        if run_name.endswith("/eval"):
+            filmed.append(video)
+        return real(env_id, idx, False, run_name, env_kwargs)
+
+    monkeypatch.setattr(C, "make_env", make_env)
+    ckpt = torch.load(trained[0], map_location="cpu", weights_only=True)
+    filmed_run = tmp_path / C.CHECKPOINT  # the same run, as if trained with --capture-video
+    torch.save(ckpt | {"args": ckpt["args"] | {"capture_video": True}}, filmed_run)
+    for checkpoint, video in ((trained[0], True), (filmed_run, False)):
+        filmed.clear()
+        C.main(C.Args(eval_checkpoint=str(checkpoint), eval_episodes=1, capture_video=video))
+        assert filmed == [video]
+
+
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_a_new_run_logs_its_hyperparameters_and_derived_sizes_once_and_a_resumed_one_adds_none(module, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = module.Args()
+    for folder, resumed_at in (("new", None), ("resumed", 4096)):
+        module.open_writer(args, str(tmp_path / folder), resumed_at).close()
+    texts = {}
+    for folder in ("new", "resumed"):
+        acc = EventAccumulator(str(tmp_path / folder))
+        acc.Reload()
+        tags = acc.Tags()["tensors"]
+        texts[folder] = [t.tensor_proto.string_val[0].decode() for tag in tags for t in acc.Tensors(tag)]
+    (table,) = texts["new"]
+    assert f"|batch_size|{args.batch_size}|" in table and f"|learning_rate|{args.learning_rate}|" in table
+    assert texts["resumed"] == []
+
+
 def test_evaluation_runs_one_environment_whatever_training_used(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls = spy(monkeypatch, C, "evaluate")

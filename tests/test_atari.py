@@ -716,3 +716,19 @@ def test_the_value_loss_trains_the_shared_cnn_and_the_entropy_bonus_trains_the_p
     else:
         assert "network.0.weight" in moved and "actor.weight" in moved and "critic.weight" not in moved
         assert entropy_after > entropy_before
+
+
+@pytest.mark.parametrize("bad", ["reset", "step"])
+def test_check_env_refuses_an_atari_env_whose_reset_or_step_observation_is_not_the_spaces_shape(monkeypatch, bad):
+    real = A.make_env
+
+    def make_env(*args):  # the game as training makes it, one of its two calls giving a frame stack too few
+        made = real(*args)()
+        call = getattr(made, bad)
+        setattr(made, bad, lambda *a, **k: (lambda out: (out[0][:-1], *out[1:]))(call(*a, **k)))
+        return lambda: made
+
+    assert A.check_env(A.Args()) is None
+    monkeypatch.setattr(A, "make_env", make_env)
+    says = A.check_env(A.Args())
+    assert says.startswith("BreakoutNoFrameskip-v4 failed when made, reset and stepped once") and "shape" in says

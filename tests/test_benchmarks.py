@@ -231,7 +231,7 @@ else:
     folder = os.path.join("runs", name + "__1700000000")
     os.makedirs(folder)
 open(os.path.join(folder, "checkpoint.pt"), "w").close()  # as the scripts save one every few iterations
-if "table1-fail" in folder:
+if "-fail__" in folder:
     sys.exit(3)
 if "table1-nosummary" not in folder:
     open(os.path.join(folder, "summary.json"), "w").write("{}")
@@ -247,8 +247,7 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     (repo / "ppo_continuous.py").write_text(FAKE_SCRIPT)
     monkeypatch.setattr(grid, "ROOT", str(repo))
     monkeypatch.setattr(grid, "POLL_S", 0.05)
-    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's shell says 4 cores: each of 2 children gets 2, not 4
     make = lambda variant, env_id: grid.Run("table1", variant, env_id, 1, 2048, ())  # noqa: E731
     missing, cut, done = make("a", "Hopper-v4"), make("b", "Hopper-v4"), make("c", "Hopper-v4")
     failing, unfinished = make("fail", "Hopper-v4"), make("nosummary", "Hopper-v4")
@@ -282,6 +281,52 @@ def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_co
     assert sorted(p.name for p in records.iterdir()) == ["Hopper-v4__table1-a__1.json", "Hopper-v4__table1-b__1.json"]
 
 
+TIMED_FAKE = (
+    "import time\nSTART = time.time()\n"
+    + FAKE_SCRIPT
+    + """
+time.sleep(1.0)
+with open(os.path.join(os.path.dirname(__file__), "spans.jsonl"), "a") as f:
+    f.write(json.dumps([START, time.time()]) + "\\n")
+"""
+)
+
+
+def test_grid_main_keeps_to_parallel_and_to_dir_gives_each_child_a_core_commits_with_commit_and_fails_loudly(
+    tmp_path, monkeypatch, capsys
+):
+    repo, there, here = tmp_path / "repo", tmp_path / "there", tmp_path / "here"
+    repo.mkdir(), here.mkdir()
+    (repo / "ppo_continuous.py").write_text(TIMED_FAKE)
+    monkeypatch.setattr(grid, "ROOT", str(repo))
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0}, raising=False)  # one core for two runs
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.chdir(here)
+    grid.main(["--seeds", "1", "2", "3", "--parallel", "2", "--dir", str(there), "--", "--env-id", "Hopper-v4"])
+    assert "0 of 3 done; 3 to go, 2 at a time, OMP_NUM_THREADS=1 each" in capsys.readouterr().out
+    calls = [json.loads(line) for line in (repo / "calls.jsonl").read_text().splitlines()]
+    assert [c["threads"] for c in calls] == ["1"] * 3  # never 0, which is no thread count
+    assert len(list((there / "runs").iterdir())) == len(list((there / "logs").iterdir())) == 3
+    assert list(here.iterdir()) == []  # --dir, not the current folder
+    spans = [json.loads(line) for line in (repo / "spans.jsonl").read_text().splitlines()]
+    at_once = [sum(start <= s < end for start, end in spans) for s, _ in spans]
+    assert max(at_once) == 2  # two at a time, never three
+    # a failed run: its line, and grid.py's exit is not 0
+    with pytest.raises(SystemExit) as stop:
+        grid.main(["--seeds", "1", "--name", "fail", "--dir", str(there), "--", "--env-id", "Hopper-v4"])
+    assert stop.value.code == "error: 1 runs failed" and "FAILED Hopper-v4 seeds-fail seed 1" in capsys.readouterr().out
+    # a named grid's record is committed with --commit, and only then
+    committed, seed = [], 1
+    monkeypatch.setattr(grid, "commit_record", lambda path, label: committed.append(label) or "committed")
+    monkeypatch.setattr(grid, "grid_runs", lambda name: [grid.Run("table1", "a", "Hopper-v4", seed, 2048, ())])
+    grid.main(["run", "table1", "--dir", str(there), "--records", str(tmp_path / "records")])
+    seed = 2
+    grid.main(["run", "table1", "--commit", "--dir", str(there), "--records", str(tmp_path / "records")])
+    assert committed == ["Hopper-v4__table1-a__2"]
+    assert len(list((tmp_path / "records").iterdir())) == 2
+
+
 def test_with_commit_each_record_of_the_repositorys_records_brings_its_pages_along(tmp_path, monkeypatch, capsys):
     repo, runs_dir, records = tmp_path / "repo", tmp_path / "evidence" / "runs", tmp_path / "records"
     repo.mkdir(), records.mkdir()
@@ -311,7 +356,7 @@ def test_grid_status_lists_every_first_seed_before_any_second(tmp_path):
     assert {line.split()[0] for line in out.stdout.splitlines()} == {"missing"}
 
 
-def test_an_ad_hoc_grid_is_named_by_its_flags_and_leaves_the_runs_own_flags_to_grid_py(capsys):
+def test_an_ad_hoc_grid_is_named_by_its_flags_and_leaves_the_runs_own_flags_to_grid_py(capsys, monkeypatch):
     a = grid.seed_runs("ppo_continuous.py", [1, 2], ["--env-id", "Hopper-v4", "--clip-coef", "0.1"])
     b = grid.seed_runs("ppo_continuous.py", [1], ["--env-id=Hopper-v4", "--clip-coef", "0.3"])
     c = grid.seed_runs("ppo_atari.py", [1], ["--env-id", "Hopper-v4", "--clip-coef", "0.1"])
@@ -327,8 +372,11 @@ def test_an_ad_hoc_grid_is_named_by_its_flags_and_leaves_the_runs_own_flags_to_g
         (["run", "nogrid"], "unknown grids"),
         (["run", "table1", "--", "--clip-coef", "0.1"], "flags after -- are for an ad-hoc grid"),
         (["--seeds", "1", "--", "--seed", "3"], "are grid.py's to set"),
+        (["--seeds", "1", "--", "--seed=3"], "are grid.py's to set"),
+        (["--seeds", "1", "--", "--exp-name=x"], "are grid.py's to set"),
         (["run", "table1", "--seeds", "1"], "no named grids beside it"),
     ):
+        monkeypatch.setattr(grid, "run", lambda *a, **k: sys.exit("error: started runs it should have refused"))
         with pytest.raises(SystemExit):
             grid.main(argv)
         assert why in capsys.readouterr().err
@@ -525,6 +573,56 @@ def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, mo
     plt.close("all")
 
 
+def test_plot_curves_draws_the_tag_it_is_given_and_finds_the_env_of_a_folder_given_with_a_slash(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = fake_run(tmp_path / "runs", "Hopper-v4", "a", 1, [1.0] * 20)
+    with SummaryWriter(str(folder)) as writer:  # another tag beside the returns: 7.0 at every step
+        for i in range(20):
+            writer.add_scalar("charts/other", 7.0, (i + 1) * 1000)
+    monkeypatch.setattr(plt.Figure, "savefig", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "argv", ["plot_curves.py", f"{folder}/", "--tag", "charts/other"])  # as tab completes it
+    plot_curves.main()
+    (ax,) = plt.gcf().axes
+    assert ax.lines[0].get_ydata()[-1] == pytest.approx(7.0) and "Hopper-v4" in ax.get_title()
+    plt.close("all")
+
+
+# --- benchmarks/same_numbers.py: do two commits compute the same numbers? ---------------------------------
+
+
+def test_first_difference_names_the_first_tag_and_step_where_two_runs_differ():
+    import same_numbers
+
+    a = {"losses/x": [(1, 0.5), (2, float("nan"))], "losses/y": [(1, 1.0)]}
+    assert same_numbers.first_difference(a, {k: list(v) for k, v in a.items()}) is None  # NaN is the same as NaN
+    changed = a | {"losses/x": [(1, 0.5), (2, 0.25)]}
+    assert same_numbers.first_difference(a, changed) == "losses/x at step 2: nan against 0.25 (step 2)"
+    assert "at step 1" in same_numbers.first_difference(a, a | {"losses/y": [(1, 1.0 + 1e-9)]})  # one bit off
+    assert "values against" in same_numbers.first_difference(a, a | {"losses/y": []})
+    assert "tags differ" in same_numbers.first_difference(a, {"losses/x": a["losses/x"]})
+
+
+def test_same_numbers_compares_this_checkout_with_the_other_and_exits_1_on_a_difference(monkeypatch, capsys):
+    import same_numbers
+
+    monkeypatch.setattr(same_numbers.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))  # no git
+    for theirs, code, says in ((1.0, 0, "same: 1 values"), (2.0, 1, "losses/x at step 1: 1.0 against 2.0")):
+        ran = []
+
+        def run_scalars(checkout, command, theirs=theirs, ran=ran):
+            ran.append(checkout)
+            return {"losses/x": [(1, 1.0 if checkout == same_numbers.ROOT else theirs)]}
+
+        monkeypatch.setattr(same_numbers, "run_scalars", run_scalars)
+        monkeypatch.setattr(sys, "argv", ["same_numbers.py", "--against", "HEAD~1", "--cases", "gridworld"])
+        with pytest.raises(SystemExit) as stop:
+            same_numbers.main()
+        assert stop.value.code == code and says in capsys.readouterr().out
+        assert ran[0] == same_numbers.ROOT and ran[1].name == "other"  # this checkout, then the given commit's
+
+
 # --- benchmarks/speed.py: steps per second, on 1 or N processes, against a commit ----------------------------
 
 
@@ -534,6 +632,11 @@ def speed_worktrees() -> set[str]:
         ["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT
     )
     return {line for line in listed.stdout.splitlines() if line.startswith("worktree ") and "speed-worktree-" in line}
+
+
+def test_speed_spread_is_the_median_and_the_range():
+    assert speed.spread([1.0, 2.0, 9.0]) == "median 2 SPS (min-max 1-9, 3 runs)"  # not the mean, 4
+    assert speed.ratio([1.0, 2.0, 9.0], [1.0, 1.0, 30.0]) == 2.0
 
 
 def test_speed_against_a_commit_prints_both_checkouts_sps_their_ratio_and_where_the_time_goes(tmp_path):

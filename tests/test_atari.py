@@ -443,7 +443,8 @@ def test_the_network_is_the_nature_cnn_orthogonal_with_gains_sqrt2_001_and_1_and
         (64, (4, 4), (2, 2)),
         (64, (3, 3), (1, 1)),
     ]
-    for layer, gain in ((agent.network[7], np.sqrt(2)), (agent.actor, 0.01), (agent.critic, 1.0)):
+    hidden = [(agent.network[i], np.sqrt(2)) for i in (0, 2, 4, 7)]  # the three convolutions and the dense layer
+    for layer, gain in (*hidden, (agent.actor, 0.01), (agent.critic, 1.0)):
         w = layer.weight.flatten(1)
         rows = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
         assert torch.allclose(rows, gain**2 * torch.eye(rows.shape[0]), atol=1e-4), layer

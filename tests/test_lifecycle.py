@@ -354,16 +354,18 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
         assert lr == pytest.approx(lr0 * (1 - (step / batch - 1) / (total / batch)), rel=1e-5)
     assert (run_dir / "eval.json").exists() and "eval/episodic_return" in s
 
+    written = (run_dir / "summary.json").read_bytes()
     again = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
     assert again.returncode == 0 and "already finished" in again.stdout
+    assert (run_dir / "summary.json").read_bytes() == written
 
-    # cut during its closing evaluation: the final checkpoint is there, eval.json and summary.json are
-    # not; resuming runs no iteration and writes the same evaluation and the summary
+    # cut in its closing evaluation, or after eval.json: the final checkpoint is there, summary.json is not;
+    # resuming (here from inside the run's folder) runs no iteration and writes the same evaluation and the summary
     evaluation = json.loads((run_dir / "eval.json").read_text())
-    (run_dir / "eval.json").unlink()
     (run_dir / "summary.json").unlink()
-    finished = run_script(tmp_path, script, "--resume", str(run_dir / "checkpoint.pt"))
+    finished = run_script(run_dir, script, "--resume", "checkpoint.pt")
     assert finished.returncode == 0 and "already finished" not in finished.stdout, finished.stderr
+    assert not (run_dir / "runs").exists()  # the run's own folder, not a new one below it
     assert json.loads((run_dir / "eval.json").read_text())["returns"] == evaluation["returns"]
     closing = json.loads((run_dir / "summary.json").read_text())
     assert closing["global_step"] == total and closing["sps"] is None
@@ -609,7 +611,9 @@ def test_a_new_run_logs_its_hyperparameters_and_derived_sizes_once_and_a_resumed
         tags = acc.Tags()["tensors"]
         texts[folder] = [t.tensor_proto.string_val[0].decode() for tag in tags for t in acc.Tensors(tag)]
     (table,) = texts["new"]
-    assert f"|batch_size|{args.batch_size}|" in table and f"|learning_rate|{args.learning_rate}|" in table
+    derived = ["world_size", "batch_size", "minibatch_size", "num_iterations"]
+    for name in [f.name for f in dataclasses.fields(args)] + derived:
+        assert f"|{name}|{getattr(args, name)}|" in table
     assert texts["resumed"] == []
 
 
@@ -689,6 +693,9 @@ def other_shapes(ckpt_path, out) -> None:
         ("other_script", "not written by ppo_atari.py"),
         ("other_shapes", "spaces"),
         ("other_action_bounds", "spaces"),
+        ("unknown_args", "does not know"),
+        ("not_a_dict", "not written by ppo_continuous.py"),
+        ("other_agent", "does not fit this agent"),
     ],
 )
 @pytest.mark.parametrize("mode", ["--resume", "--eval-checkpoint"])
@@ -709,6 +716,16 @@ def test_bad_checkpoints_are_refused_with_one_line_exit_2_and_nothing_written(tm
         ckpt["spaces"][1] = ckpt["spaces"][1].replace("-2.0, 2.0", "-1.0, 1.0")
         assert ckpt["spaces"][1] == "Box(-1.0, 1.0, (1,), float32)"
         ckpt["progress"] |= {"iteration": 0, "global_step": 0}
+        torch.save(ckpt, bad)
+    elif kind == "not_a_dict":
+        torch.save(torch.zeros(3), bad)
+    elif kind in ("unknown_args", "other_agent"):  # a newer version's flag; weights of another network
+        ckpt = torch.load(good, weights_only=True)
+        ckpt["progress"] |= {"iteration": 0, "global_step": 0}
+        if kind == "unknown_args":
+            ckpt["args"]["no_such_flag"] = 1
+        else:
+            ckpt["agent"][next(iter(ckpt["agent"]))] = torch.zeros(1)
         torch.save(ckpt, bad)
     before = files(tmp_path)
     proc = run_script(tmp_path, script, mode, str(bad))

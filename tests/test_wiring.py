@@ -5,6 +5,7 @@ given; nothing is stubbed out."""
 import dataclasses
 import json
 import sys
+import time
 import types
 
 import gymnasium as gym
@@ -199,6 +200,7 @@ def test_episodes_are_logged_at_the_step_where_they_ended(tmp_path, monkeypatch)
     # the autoreset step, the second ends on rollout 2's step 150: 500 + 151 x 2 = 802
     assert [s for s, _ in logged["charts/episodic_return"]] == [400, 400, 802, 802]
     assert [s for s, _ in logged["charts/episodic_length"]] == [400, 400, 802, 802]
+    assert [v for _, v in logged["charts/episodic_length"]] == [200] * 4  # Pendulum's episodes: 200 steps
 
 
 def test_exp_name_names_the_run_folder(tmp_path, monkeypatch):
@@ -485,7 +487,9 @@ def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, caps
 
 
 def test_the_summary_returned_and_on_disk_counts_steps_and_episodes_and_holds_the_eval_mean(tmp_path, monkeypatch):
+    started = time.time()
     summary, _ = run_main(tmp_path, monkeypatch, eval_episodes=2, total_timesteps=2800)  # 6 episodes in each env
+    assert 0 < summary["wall_time_s"] <= time.time() - started + 0.1  # this run's seconds, not a clock reading
     on_disk = json.loads((only_run(tmp_path) / "summary.json").read_text())
     assert on_disk == summary and summary["global_step"] == 2800 and summary["episodes"] == 12  # more than the 10
     logged = scalars(only_run(tmp_path))
@@ -493,8 +497,14 @@ def test_the_summary_returned_and_on_disk_counts_steps_and_episodes_and_holds_th
     assert len(returns) == 12 and summary["mean_return_last_10"] == pytest.approx(np.mean(returns[-10:]), rel=1e-5)
     evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())
     assert evaluation["episodes"] == 2 and summary["eval_mean_return"] == evaluation["mean_return"]
+    assert evaluation["std_return"] == pytest.approx(np.std(evaluation["returns"]))  # over the episodes, ddof 0
     (at, value), *_ = logged["eval/episodic_return"]  # the closing evaluation, at the run's last step
     assert len(logged["eval/episodic_return"]) == 1 and at == 2800 and value == pytest.approx(evaluation["mean_return"])
+
+
+def test_a_run_that_ends_no_episode_says_so_in_its_summary(tmp_path, monkeypatch):
+    summary, _ = run_main(tmp_path, monkeypatch, num_steps=100, total_timesteps=200)  # Pendulum's episodes: 200 steps
+    assert summary["episodes"] == 0 and summary["mean_return_last_10"] is None
 
 
 def gymnasium_chain(args: C.Args) -> gym.vector.VectorEnv:

@@ -644,6 +644,10 @@ def test_the_defaults_are_the_atari_settings_of_the_ppo_paper_and_cleanrl():
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
     assert (args.batch_size, args.minibatch_size, args.num_iterations) == (1024, 256, 10_000_000 // 1024)
+    atari_settings = {"exp_name", "env_id", "total_timesteps", "learning_rate", "num_envs", "num_steps"}
+    atari_settings |= {"num_minibatches", "update_epochs", "clip_coef", "ent_coef"}  # every other default: the same
+    same = [f.name for f in dataclasses.fields(A.Args) if f.name not in atari_settings]
+    assert {name: getattr(args, name) for name in same} == {name: getattr(C.Args(), name) for name in same}
 
 
 def test_under_torchrun_the_batch_counts_every_process_s_envs(monkeypatch):

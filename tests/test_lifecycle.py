@@ -864,14 +864,33 @@ def test_normalization_counts_survive_a_checkpoint_exactly_beyond_float32(tmp_pa
     envs = C.make_envs(args, "test")
     agent = C.Agent(envs)
     optimizer = torch.optim.Adam(agent.parameters())
-    find_wrapper(envs, C.Normalize).obs_rms.count = 33_554_433  # 2^25 + 1
+    find_wrapper(envs, C.Normalize).obs_rms.count = 2.0**25 + 1 + 1e-4  # counts start at 1e-4: a float
+    assert C.normalization_state(envs)["obs_rms.count"].dtype == torch.float64
     progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
     C.save_checkpoint(str(tmp_path / "ckpt.pt"), agent, optimizer, envs, args, progress)
     fresh = C.make_envs(args, "test")
     C.restore_agent(C.load_checkpoint(str(tmp_path / "ckpt.pt")), fresh, C.Agent(fresh), None, frozen=True)
-    assert find_wrapper(fresh, C.Normalize).obs_rms.count == 33_554_433
+    assert find_wrapper(fresh, C.Normalize).obs_rms.count == 2.0**25 + 1 + 1e-4
     envs.close()
     fresh.close()
+
+
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_a_second_signal_quits_at_once_under_python_and_is_one_stop_under_torchrun(module, monkeypatch):
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # handlers called by hand, not installed
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun: the second is torchrun's copy of the first
+    under_torchrun = module.Interrupts()
+    under_torchrun.handle(signal.SIGINT, None)
+    under_torchrun.handle(signal.SIGTERM, None)
+    assert under_torchrun.signum == signal.SIGINT and exits == []
+    monkeypatch.delenv("WORLD_SIZE")
+    under_python = module.Interrupts()
+    under_python.handle(signal.SIGTERM, None)
+    assert exits == []
+    under_python.handle(signal.SIGINT, None)
+    assert under_python.signum == signal.SIGTERM and exits == [128 + signal.SIGINT]
 
 
 def test_a_resumed_runs_speed_counts_only_the_steps_it_ran_itself(tmp_path, monkeypatch):

@@ -597,6 +597,21 @@ def test_eval_checkpoint_films_as_its_command_line_says_not_as_the_run_was_train
         assert filmed == [video]
 
 
+def test_eval_checkpoint_runs_on_the_device_its_command_line_says(trained, monkeypatch):
+    devices, real = [], C.evaluate
+
+    def evaluate(envs, agent, num_episodes, greedy, seed, device):
+        devices.append(torch.device(device).type)
+        return real(envs, agent, num_episodes, greedy, seed, torch.device("cpu"))
+
+    monkeypatch.setattr(C, "evaluate", evaluate)
+    monkeypatch.setattr(torch.nn.Module, "to", lambda module, *_, **__: module)  # no GPU here to move to
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # trained with --cuda, on a host with a GPU
+    for cuda in (False, True):
+        C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=1, cuda=cuda))
+    assert devices == ["cpu", "cuda"]
+
+
 @pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
 def test_a_new_run_logs_its_hyperparameters_and_derived_sizes_once_and_a_resumed_one_adds_none(module, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -820,12 +835,17 @@ def test_a_checkpoint_from_a_host_with_more_gpus_restores_this_process_s_gpu_onl
     spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
     ckpt = {"spaces": spaces, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()}
     ckpt |= {"normalization": C.normalization_state(envs), "rng": [C.rng_state() | {"cuda": gpu_states}]}
+    saved_without_gpu = [C.rng_state() | {"cuda": []}]  # what a host without a GPU saved
     restored = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host with one GPU
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append((state, device)))
     C.restore_agent(ckpt, envs, agent, optimizer, frozen=True)
     assert len(restored) == 1 and torch.equal(restored[0][0], gpu_states[0]) and restored[0][1] in (0, "cuda", "cuda:0")
+    restored.clear()
+    ckpt["rng"] = saved_without_gpu  # this GPU keeps its seed
+    C.restore_agent(ckpt, envs, agent, optimizer, frozen=True)
+    assert restored == []
     envs.close()
 
 

@@ -114,6 +114,8 @@ def test_bf16_takes_a_cpu_with_either_bf16_instruction_set_and_refuses_one_with_
 ):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU with bf16, declined with --no-cuda
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda **_: True)
     error = module.check_args(module.Args(bf16=True, cuda=False))
     if avx512_bf16 or amx:  # AVX512-BF16 (Zen 4, Cooper Lake) or AMX (Sapphire Rapids) alone runs bf16 in hardware
         assert error is None, error

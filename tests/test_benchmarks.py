@@ -285,7 +285,7 @@ TIMED_FAKE = (
     "import time\nSTART = time.time()\n"
     + FAKE_SCRIPT
     + """
-time.sleep(1.0)
+time.sleep(2.0)  # long enough that two runs started together overlap on a loaded machine
 with open(os.path.join(os.path.dirname(__file__), "spans.jsonl"), "a") as f:
     f.write(json.dumps([START, time.time()]) + "\\n")
 """

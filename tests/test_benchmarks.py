@@ -639,6 +639,25 @@ def test_speed_spread_is_the_median_and_the_range():
     assert speed.ratio([1.0, 2.0, 9.0], [1.0, 1.0, 30.0]) == 2.0
 
 
+def test_speed_phase_times_leave_the_warm_up_iteration_out(monkeypatch):
+    import functools
+
+    import ppo_continuous as C
+
+    clock, real = [0.0], C.update
+
+    @functools.wraps(real)  # speed.py passes arguments by the names in the signature
+    def update(*args, **kwargs):
+        clock[0] += 100.0 if clock[0] == 0.0 else 1.0  # the first update (compiling, warming up) is long
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))  # only updates take time
+    monkeypatch.setattr(C, "update", update)
+    args = C.Args(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, update_epochs=1)
+    phases = speed.phase_times(C, args, iterations=2)
+    assert clock[0] == 102.0 and phases["update"] == 1.0 and sum(phases.values()) == 1.0
+
+
 def test_speed_against_a_commit_prints_both_checkouts_sps_their_ratio_and_where_the_time_goes(tmp_path):
     before = speed_worktrees()
     flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--update-epochs", "1"]

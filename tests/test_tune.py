@@ -85,9 +85,11 @@ def test_the_default_space_leaves_the_fixed_flags_out_and_the_named_space_must_n
     )
     names = [p.flag for p in space]
     assert "gamma" not in names and "clip-coef" not in names and "learning-rate" in names and len(names) == 8
-    assert [p.flag for p in tune.search_space("ppo_atari.py", [], [])] == [
-        t.split("=")[0] for t in tune.SPACES["ppo_atari.py"]
+    atari_fields = tune.script_fields("ppo_atari.py")  # its own ranges (learning rate to 1e-3), not only its names
+    assert tune.search_space("ppo_atari.py", [], []) == [
+        tune.parse_param(t, atari_fields, "ppo_atari.py") for t in tune.SPACES["ppo_atari.py"]
     ]
+    assert tune.load_study("s", optuna.storages.InMemoryStorage(), {}).direction == optuna.study.StudyDirection.MAXIMIZE
     with pytest.raises(tune.BadInput, match="both searched"):
         tune.search_space("ppo_continuous.py", ["gamma=0.9,0.99"], ["--gamma", "0.99"])
     with pytest.raises(tune.BadInput, match="no flag --nope"):

@@ -298,6 +298,20 @@ def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tm
         assert cmd[cmd.index("--exp-name") + 1] == "u-trial7" and cmd[cmd.index("--eval-episodes") + 1] == "0"
 
 
+def test_each_seed_of_a_trial_gets_its_share_of_the_cores_unless_threads_says(tmp_path, monkeypatch):
+    threads = []
+
+    def objective_fn(study, space, stop):
+        threads.append(study.threads)
+        return lambda trial: 1.0
+
+    monkeypatch.setattr(tune, "objective_fn", objective_fn)
+    monkeypatch.setattr(tune, "usable_cores", lambda: 4)
+    for name, flags in (("a", ["--seeds", "1", "2"]), ("b", ["--seeds", "1", "2", "3"]), ("c", ["--threads", "3"])):
+        tune.main(["run", "--study", name, "--dir", str(tmp_path), "--trials", "1", *flags, LR, "--", *TINY])
+    assert threads == [2, 1, 3]
+
+
 def test_only_failures_in_a_row_end_a_study(tmp_path, monkeypatch):
     def objective_fn(study, space, stop):
         def objective(trial):

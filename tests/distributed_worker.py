@@ -89,11 +89,15 @@ def train(out_dir: str, flags: list[str]) -> None:
 
 
 def collectives(out_dir: str) -> None:
-    """global_mean and global_var of samples of unequal counts (rank r holds 3 + 4 r of them); each rank writes
-    what it got."""
+    """global_mean and global_var of samples of unequal counts (rank r holds 3 + 4 r of them), and minibatch_moments
+    of ranks far apart; each rank writes what it got."""
     C.start_distributed(torch.nn.Linear(1, 1), torch.device("cpu"))
     x = 10.0 * C.RANK + torch.arange(3 + 4 * C.RANK, dtype=torch.float32)
-    torch.save({"mean": C.global_mean(x), "var": C.global_var(x)}, f"{out_dir}/collectives{C.RANK}.pt")
+    y = 100.0 * C.RANK + torch.arange(6, dtype=torch.float32)  # two minibatches of 3 on each rank
+    moments = C.minibatch_moments(y, [slice(0, 3), slice(3, 6)])
+    torch.save(
+        {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments}, f"{out_dir}/collectives{C.RANK}.pt"
+    )
 
 
 def wrapped_stats(obs_rms: "C.RunningMeanStd", return_rms: "C.RunningMeanStd"):

@@ -63,6 +63,9 @@ def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
         got = torch.load(tmp_path / f"collectives{r}.pt", weights_only=True)
         assert got["mean"].item() == pytest.approx(every.mean().item(), rel=1e-6)  # not the mean of the 2 means
         assert got["var"].item() == pytest.approx(every.var().item(), rel=1e-6)
+        for mb, (mean, std) in zip((slice(0, 3), slice(3, 6)), got["moments"]):  # the spread between ranks counts
+            both = torch.cat([100.0 * r + torch.arange(6, dtype=torch.float64)[mb] for r in (0, 1)])
+            assert (mean.item(), std.item()) == pytest.approx((both.mean().item(), both.std().item()), rel=1e-6)
 
 
 def test_merged_normalization_is_one_running_mean_std_over_every_rank_s_observations(tmp_path):

@@ -95,9 +95,21 @@ def collectives(out_dir: str) -> None:
     x = 10.0 * C.RANK + torch.arange(3 + 4 * C.RANK, dtype=torch.float32)
     y = 100.0 * C.RANK + torch.arange(6, dtype=torch.float32)  # two minibatches of 3 on each rank
     moments = C.minibatch_moments(y, [slice(0, 3), slice(3, 6)])
-    torch.save(
-        {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments}, f"{out_dir}/collectives{C.RANK}.pt"
-    )
+    net, rows = averaged_net()
+    mine = rows[:2] if C.RANK == 0 else rows[2:]  # 2 and 4 samples: each rank's loss is the mean over its own
+    net(mine).square().mean().backward()
+    C.average_gradients(net, len(mine))
+    got = {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments, "grad": net.weight.grad}
+    torch.save(got, f"{out_dir}/collectives{C.RANK}.pt")
+
+
+def averaged_net() -> tuple[torch.nn.Linear, torch.Tensor]:
+    """A fixed linear layer and the 6 samples the two ranks split for average_gradients."""
+    net = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        net.weight.copy_(torch.tensor([[0.5, -1.0, 0.25]]))
+        net.bias.fill_(0.1)
+    return net, torch.arange(18.0).view(6, 3)
 
 
 def wrapped_stats(obs_rms: "C.RunningMeanStd", return_rms: "C.RunningMeanStd"):

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars, wait_for_checkpoint
-from distributed_worker import fixed_batch, merge_data
+from distributed_worker import averaged_net, fixed_batch, merge_data
 
 import ppo_continuous as C
 
@@ -66,6 +66,11 @@ def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
         for mb, (mean, std) in zip((slice(0, 3), slice(3, 6)), got["moments"]):  # the spread between ranks counts
             both = torch.cat([100.0 * r + torch.arange(6, dtype=torch.float64)[mb] for r in (0, 1)])
             assert (mean.item(), std.item()) == pytest.approx((both.mean().item(), both.std().item()), rel=1e-6)
+    net, rows = averaged_net()
+    net(rows).square().mean().backward()  # the gradient of the loss over every process's samples
+    for r in (0, 1):
+        got = torch.load(tmp_path / f"collectives{r}.pt", weights_only=True)
+        assert torch.allclose(got["grad"], net.weight.grad, rtol=1e-5)
 
 
 def test_merged_normalization_is_one_running_mean_std_over_every_rank_s_observations(tmp_path):

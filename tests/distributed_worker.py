@@ -99,8 +99,14 @@ def collectives(out_dir: str) -> None:
     mine = rows[:2] if C.RANK == 0 else rows[2:]  # 2 and 4 samples: each rank's loss is the mean over its own
     net(mine).square().mean().backward()
     C.average_gradients(net, len(mine))
-    got = {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments, "grad": net.weight.grad}
+    ev = C.explained_variance(x + off_by(len(x)), x)
+    got = {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments, "grad": net.weight.grad, "ev": ev}
     torch.save(got, f"{out_dir}/collectives{C.RANK}.pt")
+
+
+def off_by(n: int) -> torch.Tensor:
+    """Prediction errors for explained_variance: +1, -1, +1, ..."""
+    return 1.0 - 2.0 * (torch.arange(n) % 2)
 
 
 def averaged_net() -> tuple[torch.nn.Linear, torch.Tensor]:

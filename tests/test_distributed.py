@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars, wait_for_checkpoint
-from distributed_worker import averaged_net, fixed_batch, merge_data
+from distributed_worker import averaged_net, fixed_batch, merge_data, off_by
 
 import ppo_continuous as C
 
@@ -63,6 +63,8 @@ def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
         got = torch.load(tmp_path / f"collectives{r}.pt", weights_only=True)
         assert got["mean"].item() == pytest.approx(every.mean().item(), rel=1e-6)  # not the mean of the 2 means
         assert got["var"].item() == pytest.approx(every.var().item(), rel=1e-6)
+        errors = torch.cat([off_by(3 + 4 * r).double() for r in (0, 1)])  # 0.97; by each rank alone -0.33 and 0.76
+        assert got["ev"] == pytest.approx(1 - errors.var().item() / every.var().item(), rel=1e-6)
         for mb, (mean, std) in zip((slice(0, 3), slice(3, 6)), got["moments"]):  # the spread between ranks counts
             both = torch.cat([100.0 * r + torch.arange(6, dtype=torch.float64)[mb] for r in (0, 1)])
             assert (mean.item(), std.item()) == pytest.approx((both.mean().item(), both.std().item()), rel=1e-6)

@@ -193,6 +193,7 @@ def test_two_workers_share_one_study_in_a_journal_file(tmp_path):
     assert 4 <= len(complete) <= 5  # a worker may finish one trial past the count the other reached
     assert len({t.user_attrs["worker"] for t in complete}) == 2  # both took trials
     assert len({t.number for t in complete}) == len(complete)
+    assert len({t.params["learning-rate"] for t in complete}) == len(complete)  # unseeded samplers: no repeats
 
 
 class PruneAtOnce(optuna.pruners.BasePruner):

@@ -1016,6 +1016,7 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
 
         return thunk
 
+    atexit.register(lambda: [w.kill() for w in multiprocessing.active_children()])  # a failed start's, deaf to SIGTERM
     envs = gym.vector.AsyncVectorEnv([ignoring_signals(make) for make in thunks], **kwargs)
     atexit.register(envs.close)  # before multiprocessing's own exit, which would wait on them for ever
     return envs
@@ -1028,9 +1029,8 @@ def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_
         signal.signal(sig, signal.SIG_IGN)
     log.close()
     envs.close()
-    checkpoint_path = os.path.join(run_dir, CHECKPOINT)
-    launcher = "python" if args.world_size == 1 else "torchrun (as before)"
-    say(f"saved {checkpoint_path}; resume with: {launcher} {SCRIPT_NAME}.py --resume {checkpoint_path}", sys.stderr)
+    path, launcher = os.path.join(run_dir, CHECKPOINT), "python" if args.world_size == 1 else "torchrun (as before)"
+    say(f"saved {path}; resume with: {launcher} {SCRIPT_NAME}.py --resume {path}", sys.stderr)
     sys.exit(128 + signum)
 
 

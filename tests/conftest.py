@@ -11,6 +11,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     share = cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +67,15 @@ def wait_until(condition, what: str, proc: subprocess.Popen | None = None):
         assert time.monotonic() < deadline, f"hung: no {what} in {HANG_TIMEOUT} s"
         time.sleep(0.05)
     return found
+
+
+def processes_in_group(pgid: int) -> list[str]:
+    """The processes (zombies too) left in process group pgid."""
+    pgrep = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    return pgrep.stdout.split()
+
+
+NEEDS_PGREP = pytest.mark.skipif(shutil.which("pgrep") is None, reason="needs pgrep")
 
 
 def wait_for_checkpoint(proc: subprocess.Popen, folder: Path) -> Path:

@@ -5,6 +5,7 @@ before anything is written. The scripts run as a user runs them, in a folder tha
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars
+from conftest import HANG_TIMEOUT, NEEDS_PGREP, ROOT, only_run, processes_in_group, run_script, scalars, wait_until
 
 import ppo_continuous as C
 
@@ -22,6 +23,7 @@ import ppo_continuous as C
 # keyword arguments reached that gym.make. `obs` picks the observation space, `fail` where it raises.
 PROBE = textwrap.dedent(
     """
+    import multiprocessing
     from collections import OrderedDict
 
     import gymnasium as gym
@@ -46,6 +48,8 @@ PROBE = textwrap.dedent(
             self.observation_space = SPACES[obs]
             self.action_space = gym.spaces.Box(-1.0, 1.0, tuple(act), np.float32)
             self.render_mode = render_mode
+            if fail == "worker" and multiprocessing.parent_process() is not None:  # other copies, other spaces
+                self.observation_space = gym.spaces.Box(-6.0, 6.0, (2,), np.float32)
 
         def observation(self):
             if self.kind in ("dict", "ordered"):
@@ -183,6 +187,24 @@ def test_async_env_workers_find_the_module_under_every_start_method(folder, star
     cmd = [sys.executable, "-c", run, *PROBE_RUN, "--num-envs", "2", "--async-envs"]
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert_probe_run_finished(proc, folder)
+
+
+@NEEDS_PGREP
+def test_env_copies_that_differ_in_their_worker_processes_end_the_run_with_no_process_left(folder):
+    # made in the run's own process (check_env) they pass; in the async workers their spaces differ, which the vector
+    # env refuses once they run: the run ends with its error, writes nothing, and its workers, which ignore SIGTERM,
+    # do not hold the exit for ever
+    flags = [*PROBE_RUN, "--env-kwargs", json.dumps(KWARGS | {"fail": "worker"}), "--num-envs", "2", "--async-envs"]
+    cmd = [sys.executable, str(ROOT / "ppo_continuous.py"), *flags]
+    proc = subprocess.Popen(cmd, cwd=folder, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=HANG_TIMEOUT)
+        assert proc.returncode == 1 and "observation spaces" in err, err[-3000:]
+        assert not (folder / "runs").exists()
+        wait_until(lambda: not processes_in_group(proc.pid), "the end of the env workers")
+    finally:
+        if proc.poll() is None or processes_in_group(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)  # what a failed check left
 
 
 def test_a_module_env_trains_under_torchrun(folder):

@@ -21,11 +21,13 @@ import pytest
 import torch
 from conftest import (
     HANG_TIMEOUT,
+    NEEDS_PGREP,
     ROOT,
     Lines,
     VectorRecorder,
     find_wrapper,
     only_run,
+    processes_in_group,
     record_reset_seeds,
     run_script,
     scalars,
@@ -371,15 +373,6 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
     assert closing["global_step"] == total and closing["sps"] is None
     assert closing["mean_return_last_10"] == summary["mean_return_last_10"]
     assert scalars(run_dir)["charts/learning_rate"] == s["charts/learning_rate"]  # no iteration ran again
-
-
-def processes_in_group(pgid: int) -> list[str]:
-    """The processes (zombies too) left in process group pgid."""
-    pgrep = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True, timeout=HANG_TIMEOUT)
-    return pgrep.stdout.split()
-
-
-NEEDS_PGREP = pytest.mark.skipif(shutil.which("pgrep") is None, reason="needs pgrep")
 
 
 @NEEDS_PGREP

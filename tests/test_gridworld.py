@@ -673,3 +673,140 @@ def test_entropy_and_approx_kl_are_averaged_over_every_minibatch_step(monkeypatc
     logratio = np.concatenate([result[1] for _, _, result in calls])
     assert metrics["losses/approx_kl"] == pytest.approx(np.mean(np.expm1(logratio) - logratio))
     assert abs(metrics["losses/approx_kl"] - np.mean(-logratio)) > 1e-4
+
+
+# --- what each flag, figure and log reaches ------------------------------------------------------
+
+
+class WriterRecorder:
+    """A SummaryWriter stand-in that keeps what train() and main() log."""
+
+    def __init__(self, *args, **kwargs):
+        self.scalars, self.texts = {}, {}
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.setdefault(tag, []).append((step, value))
+
+    def add_text(self, tag: str, text: str) -> None:
+        self.texts[tag] = text
+
+    def close(self) -> None: ...
+
+
+def test_each_new_episode_counts_its_return_from_zero(monkeypatch):
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    envs = G.GridEnvs(1, np.random.default_rng(0))
+    for _ in range(2):  # two episodes, each one step right onto the goal
+        envs.state[:] = (G.HEIGHT - 1) * G.WIDTH + G.WIDTH - 2
+        assert envs.step(np.array([1]))[5] == [1.0]  # its own return, not the sum of both
+
+
+def test_kl_fixed_keeps_its_beta_and_kl_adaptive_logs_the_beta_the_next_update_uses(monkeypatch):
+    calls = spy(monkeypatch, G, "update")
+    G.train(G.Args(objective="kl-fixed", kl_beta=4.0, num_iterations=4), verbose=False)
+    assert [args[3] for args, _, _ in calls] == [4.0] * 4
+    calls.clear()
+    writer = WriterRecorder()
+    G.train(G.Args(objective="kl-adaptive", kl_beta=4.0, num_iterations=6), writer=writer, verbose=False)
+    used = [args[3] for args, _, _ in calls]
+    logged = [value for _, value in writer.scalars["charts/kl_beta"]]
+    assert used[0] == 4.0 and logged[:-1] == used[1:] and logged[0] != 4.0  # adapted after each update
+
+
+def test_the_kl_penalty_s_beta_reaches_the_gradient():
+    buf = rollout_for_flags()
+    logits = []
+    for beta in (0.0, 50.0):
+        agent = G.Agent.uniform(0.05)
+        agent.logits = np.random.default_rng(2).normal(size=agent.logits.shape)  # a step away from pi_old
+        G.update(agent, buf, G.Args(objective="kl-fixed", kl_beta=1.0, update_epochs=2), beta, np.random.default_rng(1))
+        logits.append(agent.logits)
+    assert np.abs(logits[0] - logits[1]).max() > 1e-3  # the beta given, not args.kl_beta
+
+
+def test_target_kl_stops_on_the_k3_estimate_which_is_never_negative():
+    buf = rollout_for_flags()
+    buf.logprobs = np.full(buf.logprobs.shape, np.log(0.25) - 0.3)  # every ratio e^0.3: k1 -0.3, k3 0.0499
+    metrics = G.update(G.Agent.uniform(0.05), buf, G.Args(target_kl=0.02), 1.0, np.random.default_rng(1))
+    assert metrics["losses/epochs_done"] == 0
+
+
+def test_ratio_extremes_cover_every_minibatch_step(monkeypatch):
+    buf = rollout_for_flags()
+    n = buf.states.size // G.Args().num_minibatches
+    steps = iter([np.full(n, 0.1)] * 3 + [np.resize([0.5, -0.5], n)] + [np.full(n, 0.2)] * 20)  # log-ratios
+    monkeypatch.setattr(G, "policy_gradient", lambda pi, *rest: (np.zeros_like(pi), next(steps)))
+    metrics = G.update(G.Agent.uniform(), buf, G.Args(update_epochs=2), 1.0, np.random.default_rng(1))
+    assert metrics["losses/ratio_max"] == pytest.approx(np.exp(0.5))  # from the 4th step of 8, not the last
+    assert metrics["losses/ratio_min"] == pytest.approx(np.exp(-0.5))
+
+
+def test_the_logged_episodic_return_is_the_mean_of_the_iteration_s_finished_episodes(monkeypatch):
+    calls = spy(monkeypatch, G, "collect_rollout")
+    writer = WriterRecorder()
+    G.train(G.Args(num_iterations=3), writer=writer, verbose=False)
+    finished = [list(result[2]) for _, _, result in calls]
+    assert any(len(set(f)) > 1 for f in finished)  # iterations whose episodes differ
+    logged = [value for _, value in writer.scalars["charts/episodic_return"]]
+    assert logged == pytest.approx([np.mean(f) for f in finished if f])
+
+
+def test_the_grade_follows_gamma():
+    gamma = 0.5  # the default is 0.9: a grader that ignores --gamma fails here
+    agent, result = G.train(G.Args(gamma=gamma, num_iterations=1), verbose=False)
+    P, R = G.dynamics()
+    V_star, _ = G.value_iteration(P, R, gamma)
+    pi = agent.policy()
+    V_pi = G.policy_evaluation(P, R, pi, gamma)
+    assert result["optimal_return"] == pytest.approx(V_star[G.START])
+    assert result["true_return"] == pytest.approx(V_pi[G.START])
+    visited = (G.discounted_visitation(P, pi, gamma) >= G.VISITED / (1 - gamma)) & ~G.TERMINAL
+    assert result["critic_max_error"] == pytest.approx(np.abs(agent.values - V_pi)[visited].max())
+
+
+def test_the_edge_values_of_gamma_and_lambda_are_accepted():
+    assert G.check_args(G.Args(gamma=0.0, gae_lambda=1.0)) is None
+    assert G.check_args(G.Args(gamma=0.99, gae_lambda=0.0)) is None
+
+
+def test_the_policy_picture_shows_each_cell_s_greedy_action_in_its_place():
+    agent = G.Agent.uniform()
+    agent.logits[np.arange(G.NUM_STATES), np.arange(G.NUM_STATES) % G.NUM_ACTIONS] = 1.0  # greedy: s mod 4
+    rows = [row.split() for row in G.policy_picture(agent).splitlines()]
+    for s in range(G.NUM_STATES):
+        r, c = divmod(s, G.WIDTH)
+        assert rows[r][c] == (G.GRID[r, c] if G.TERMINAL[s] else G.ACTION_NAMES[s % G.NUM_ACTIONS])
+
+
+def test_greedy_optimal_fraction_over_all_cells_leaves_out_the_terminal_ones():
+    P, R = G.dynamics()
+    V_star, Q_star = G.value_iteration(P, R, 0.9)
+    agent = G.Agent.uniform()
+    agent.logits = np.random.default_rng(0).normal(size=agent.logits.shape)
+    optimal = Q_star[np.arange(G.NUM_STATES), agent.logits.argmax(1)] >= Q_star.max(1) - G.Q_TIE
+    graded = G.grade(agent, P, R, 0.9, V_star, Q_star)
+    assert graded["greedy_optimal_fraction_all_cells"] == pytest.approx(optimal[~G.TERMINAL].mean())
+
+
+def test_the_surrogate_study_s_kl_is_from_pi_to_the_new_policy(tmp_path):
+    study = G.run_surrogate_study(G.Args(), str(tmp_path))
+    P, R = G.dynamics()
+    pi = G.Agent.uniform().policy()
+    V = G.policy_evaluation(P, R, pi, 0.9)
+    A = R + 0.9 * P @ V - V[:, None]
+    rho = G.discounted_visitation(P, pi, 0.9)
+    for row in study["rows"]:
+        pi_new = G.softmax(row["step"] * rho[:, None] * pi * A)  # uniform logits (zeros) plus the step
+        expected = G.kl_divergence(pi, pi_new)[~G.TERMINAL].max()  # KL(pi || pi'), as TRPO's bound has it
+        assert row["max_kl"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+def test_main_logs_the_hyperparameters_with_the_derived_sizes(tmp_path, monkeypatch):
+    import torch.utils.tensorboard
+
+    writer = WriterRecorder()
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", lambda out_dir: writer)
+    monkeypatch.chdir(tmp_path)
+    G.main(G.Args(num_iterations=1))
+    assert "|batch_size|512|" in writer.texts["hyperparameters"]
+    assert "|learning_rate|0.05|" in writer.texts["hyperparameters"]

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import find_wrapper, make_agent, only_run, run_script, scalars
+from conftest import OBS_DIM, find_wrapper, make_agent, only_run, run_script, scalars
 
 import ppo_continuous as C
 
@@ -231,14 +231,37 @@ def test_gaussian_log_prob_and_the_policys_entropy_match_torch_normal():
 def test_layers_start_orthogonal_with_gains_sqrt2_001_and_1_zero_biases_and_the_initial_std():
     envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
     agent = C.Agent(envs)
-    w = agent.actor_mean.hidden[1].weight  # 64 x 64: orthogonal with gain sqrt(2)
-    assert torch.allclose(w @ w.T, 2 * torch.eye(64), atol=1e-5)
+    for net in (agent.actor_mean, agent.critic):  # every hidden layer: orthogonal with gain sqrt(2)
+        first, second = (layer.weight for layer in net.hidden)  # 64 x 3 (orthonormal columns), 64 x 64
+        assert torch.allclose(first.T @ first, 2 * torch.eye(first.shape[1]), atol=1e-5)
+        assert torch.allclose(second @ second.T, 2 * torch.eye(64), atol=1e-5)
     head = agent.actor_mean.head.weight  # orthogonal rows with gain 0.01
     assert torch.allclose(head @ head.T, 1e-4 * torch.eye(head.shape[0]), atol=1e-7)
     assert agent.critic.head.weight.norm().item() == pytest.approx(1.0, abs=1e-5)  # gain 1, one row
     assert all(layer.bias.abs().sum() == 0 for layer in agent.modules() if isinstance(layer, torch.nn.Linear))
-    assert torch.allclose(agent.actor_logstd.exp(), torch.tensor(C.INIT_STD))
+    assert torch.allclose(agent.actor_logstd.exp(), torch.tensor(0.5))  # INIT_STD, as the README says
     envs.close()
+
+
+def hand_mlp(mlp: C.MLP, x: torch.Tensor) -> torch.Tensor:
+    """The 64-64 tanh MLP written out from its weights."""
+    (first, second), head = mlp.hidden, mlp.head
+    h = torch.tanh(x @ first.weight.T + first.bias)
+    h = torch.tanh(h @ second.weight.T + second.bias)
+    return h @ head.weight.T + head.bias
+
+
+def test_actor_and_critic_are_two_tanh_hidden_layers_then_a_linear_head():
+    agent = make_agent()
+    with torch.no_grad():  # biases away from their zero init, so that every term of the forward shows
+        for p in agent.parameters():
+            if p.dim() == 1:
+                p.normal_(0, 0.3)
+    x = 3.0 * torch.randn(64, OBS_DIM, generator=torch.Generator().manual_seed(0))  # tanh saturates: relu would not
+    with torch.no_grad():
+        greedy, _, _, value = agent.get_action_and_value(x, greedy=True)
+    assert torch.allclose(greedy, hand_mlp(agent.actor_mean, x), atol=1e-6)
+    assert torch.allclose(value, hand_mlp(agent.critic, x).squeeze(-1), atol=1e-6)
 
 
 # --- end to end --------------------------------------------------------------------------------

@@ -601,3 +601,65 @@ def test_under_torchrun_each_process_s_batch_must_split_into_the_minibatches(mon
     assert error is not None and "--num-minibatches 2 does not divide" in error
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert C.check_args(C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=3, num_minibatches=2)) is None
+
+
+def test_rollout_stores_the_raw_sample_even_where_it_lies_outside_the_action_bounds():
+    args = C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=40)
+    envs = VectorRecorder(C.make_envs(args, "test"))
+    torch.manual_seed(0)
+    agent = C.Agent(envs)
+    with torch.no_grad():
+        agent.actor_logstd.fill_(float(np.log(4.0)))  # std 4: most samples fall outside Pendulum's [-2, 2]
+    buf = C.Rollout.allocate(envs, args.num_steps, torch.device("cpu"))
+    obs, _ = envs.reset(seed=0)
+    state = C.EnvState(torch.as_tensor(obs), torch.zeros(2, dtype=torch.bool))
+    C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    sent = torch.as_tensor(np.stack([step[0] for step in envs.steps]))  # what the rollout gave envs.step
+    assert (sent.abs() > 2.0).float().mean() > 0.3  # the bounds were exceeded (Normalize clips for the env)
+    assert torch.equal(buf.actions, sent)  # stored: the sample itself, not its clip
+    with torch.no_grad():  # and its log-prob is of that very action
+        _, logprob, _, _ = agent.get_action_and_value(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1))
+    assert torch.allclose(buf.logprobs.flatten(), logprob, atol=1e-5)
+    envs.close()
+
+
+@pytest.mark.parametrize("anneal_lr, anneal_clip", [(True, False), (False, True)])
+def test_the_rate_anneals_with_anneal_lr_alone_and_the_clip_range_with_anneal_clip_alone(
+    tmp_path, monkeypatch, anneal_lr, anneal_clip
+):
+    monkeypatch.chdir(tmp_path)
+    seen = []  # each update's learning rate (the optimizer's) and clip range (its last argument)
+    spy(monkeypatch, C, "update", before=lambda agent, opt, *rest: seen.append((opt.param_groups[0]["lr"], rest[-1])))
+    pendulum = {"env_id": "Pendulum-v1", "num_envs": 2, "num_steps": 200, "num_minibatches": 4, "update_epochs": 1}
+    args = C.Args(**pendulum, total_timesteps=1200, eval_episodes=0, learning_rate=1e-3, clip_coef=0.3)
+    C.main(dataclasses.replace(args, anneal_lr=anneal_lr, anneal_clip=anneal_clip))
+    n = args.num_iterations
+    assert [lr for lr, _ in seen] == pytest.approx([1e-3 * (1 - i / n) if anneal_lr else 1e-3 for i in range(n)])
+    assert [clip for _, clip in seen] == pytest.approx([0.3 * (1 - i / n) if anneal_clip else 0.3 for i in range(n)])
+
+
+class EndsOnItsSecondStep(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), 1.0, self.t == 2, False, {}
+
+
+def test_a_reset_after_a_done_makes_the_next_step_a_real_transition_of_the_reward_scaler():
+    envs = gym.vector.SyncVectorEnv([EndsOnItsSecondStep], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    envs = C.ScaleReward(envs, gamma=0.5)
+    envs.reset(seed=0)
+    for _ in range(2):  # the second step ends the episode
+        envs.step(np.zeros((1, 1), np.float32))
+    count = envs.return_rms.count
+    envs.reset(seed=1)  # a reset of the caller's, not an autoreset step
+    envs.step(np.zeros((1, 1), np.float32))
+    assert envs.return_rms.count == pytest.approx(count + 1)  # a transition of the new episode
+    assert envs.returns[0] == pytest.approx(1.0)  # whose return starts from zero
+    envs.close()

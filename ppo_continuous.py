@@ -1018,7 +1018,7 @@ class Interrupts:
 
 def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
     """gymnasium's AsyncVectorEnv of the same envs, each in a worker process. The workers ignore SIGINT and SIGTERM,
-    which Ctrl-C (a kill of the process group) sends them too: the run closes them once saved, or at any exit."""
+    which Ctrl-C (to the process group) sends them too: the run closes them, or kills them if their start failed."""
 
     def ignoring_signals(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
         def thunk() -> gym.Env:
@@ -1028,7 +1028,7 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
 
         return thunk
 
-    atexit.register(lambda: [w.kill() for w in multiprocessing.active_children()])  # a failed start's, deaf to SIGTERM
+    atexit.register(lambda: [w.kill() for w in multiprocessing.active_children()])  # at exit: a failed start's workers
     envs = gym.vector.AsyncVectorEnv([ignoring_signals(make) for make in thunks], **kwargs)
     atexit.register(envs.close)  # before multiprocessing's own exit, which would wait on them for ever
     return envs

@@ -336,8 +336,7 @@ def compute_gae(
     next_values = torch.cat([values[1:], next_value.unsqueeze(0)])  # (T, N): V(s_{t+1})
     deltas = rewards + gamma * next_values * (~no_future) - values
     carry = gamma * gae_lambda * (~dones)
-    advantages = torch.zeros_like(values)
-    last = torch.zeros_like(next_value)
+    advantages, last = torch.zeros_like(values), torch.zeros_like(next_value)
     for t in reversed(range(values.shape[0])):
         last = deltas[t] + carry[t] * last
         advantages[t] = last
@@ -966,9 +965,8 @@ def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: Vec
         evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
         eval_envs.close()
         log.writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
-    recent = progress["recent_returns"]
     summary = {"global_step": progress["global_step"], "episodes": progress["episodes"]}
-    summary["mean_return_last_10"] = float(np.mean(recent)) if recent else None
+    summary["mean_return_last_10"] = float(np.mean(progress["recent_returns"])) if progress["recent_returns"] else None
     summary["eval_mean_return"] = evaluation["mean_return"] if evaluation else None
     summary["sps"] = None if log.sps is None else round(log.sps, 1)  # None when no iteration ran
     summary["wall_time_s"] = round(time.time() - log.start_time, 1)
@@ -1070,6 +1068,8 @@ def check_args(args: Args) -> str | None:
     cpu_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     if args.bf16 and not (torch.cuda.is_bf16_supported(including_emulation=False) if device == "GPU" else cpu_bf16):
         return f"--bf16 needs bf16 in hardware (CUDA with bf16, a CPU with AVX512-BF16 or AMX): this {device} has none"
+    if device == "GPU" and (processes := int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) > torch.cuda.device_count():
+        return f"torchrun starts {processes} processes here, more than this machine's GPUs: one per GPU, or --no-cuda"
     return check_env(args)
 
 

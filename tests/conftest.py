@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # the suite's one limit on time: a guard against a hang, never a bet on the machine's speed. Every subprocess
 # a test starts and everything a test waits for gets it (the slowest test runs for about a minute alone)
 HANG_TIMEOUT = 900  # seconds
+# torchrun's test runs start two processes: on a machine with fewer GPUs (one NCCL process per GPU) they run on the
+# CPU (gloo, any number), as `--no-cuda` would
+TORCHRUN_ENV = {"OMP_NUM_THREADS": "1"} | ({"CUDA_VISIBLE_DEVICES": ""} if torch.cuda.device_count() < 2 else {})
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,17 @@
 """ppo_continuous.py: the pure functions, time-limit bootstrapping, end-to-end runs (one that must learn),
 bad input."""
 
+import ctypes.util
 import importlib.util
 import json
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import OBS_DIM, find_wrapper, make_agent, only_run, run_script, scalars
+from conftest import HANG_TIMEOUT, OBS_DIM, ROOT, find_wrapper, make_agent, only_run, run_script, scalars
 
 import ppo_continuous as C
 
@@ -381,6 +384,44 @@ def test_mujoco_ids_in_v4_and_v5_run_a_rollout(env_id):
     )
     assert buf.obs.shape == (8, 2, *envs.single_observation_space.shape) and torch.isfinite(buf.obs).all()
     envs.close()
+
+
+# the script run on a machine without libEGL (a GPU server without its graphics libraries): ctypes finds no
+# EGL library and cannot open one under any name
+NO_EGL = """
+import ctypes, ctypes.util, runpy, sys
+find, open_library = ctypes.util.find_library, ctypes.CDLL.__init__
+ctypes.util.find_library = lambda name: None if name == "EGL" else find(name)
+def refuse_egl(self, name, *args, **kwargs):
+    if "libEGL" in str(name):
+        raise OSError(f"{name}: cannot open shared object file")
+    open_library(self, name, *args, **kwargs)
+ctypes.CDLL.__init__ = refuse_egl
+script, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+TINY_CHEETAH = [
+    *("--env-id", "HalfCheetah-v4", "--env-kwargs", json.dumps({"max_episode_steps": 16, "width": 64, "height": 64})),
+    *("--num-envs", "1", "--num-steps", "32", "--num-minibatches", "1", "--update-epochs", "1"),
+    *("--total-timesteps", "32", "--eval-episodes", "0"),
+]
+
+
+def test_a_machine_without_libegl_trains_on_mujoco(tmp_path, monkeypatch):
+    monkeypatch.delenv("MUJOCO_GL", raising=False)  # the script's own choice, not the caller's
+    command = [sys.executable, "-c", NO_EGL, str(ROOT / "ppo_continuous.py"), *TINY_CHEETAH]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # MUJOCO_GL=egl there: "cannot make HalfCheetah-v4 (...)"
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["global_step"] == 32
+
+
+@pytest.mark.skipif(ctypes.util.find_library("EGL") is None, reason="needs libEGL: MuJoCo renders headless through it")
+def test_capture_video_films_a_mujoco_env_on_a_machine_without_a_display(tmp_path, monkeypatch):
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    proc = run_script(tmp_path, "ppo_continuous.py", *TINY_CHEETAH, "--capture-video")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list((tmp_path / "videos").glob("*/rl-video-episode-0.mp4"))  # the first 16-step episode, filmed
 
 
 # --- learning ----------------------------------------------------------------------------------

@@ -16,7 +16,17 @@ import numpy as np
 import pytest
 import torch
 import tyro
-from conftest import HANG_TIMEOUT, NEEDS_PGREP, ROOT, only_run, processes_in_group, run_script, scalars, wait_until
+from conftest import (
+    HANG_TIMEOUT,
+    NEEDS_PGREP,
+    ROOT,
+    TORCHRUN_ENV,
+    only_run,
+    processes_in_group,
+    run_script,
+    scalars,
+    wait_until,
+)
 
 import ppo_continuous as C
 
@@ -219,7 +229,7 @@ def test_env_copies_that_differ_in_their_worker_processes_end_the_run_with_no_pr
 
 def test_a_module_env_trains_under_torchrun(folder):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    env = os.environ | TORCHRUN_ENV
     cmd += [str(ROOT / "ppo_continuous.py"), *PROBE_RUN]
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert_probe_run_finished(proc, folder)

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import HANG_TIMEOUT, ROOT, only_run, run_script, scalars, wait_for_checkpoint
+from conftest import HANG_TIMEOUT, ROOT, TORCHRUN_ENV, only_run, run_script, scalars, wait_for_checkpoint
 from distributed_worker import averaged_net, fixed_batch, merge_data, off_by
 
+import ppo_atari as A
 import ppo_continuous as C
 
 WORKER = str(ROOT / "tests" / "distributed_worker.py")
@@ -26,7 +27,7 @@ PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches"
 
 def torchrun(nproc: int, *command: str, cwd: Path, **popen) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *command]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = os.environ | TORCHRUN_ENV | {"PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=HANG_TIMEOUT, env=env, **popen)
 
 
@@ -161,7 +162,7 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ | {"OMP_NUM_THREADS": "1"},
+        env=os.environ | TORCHRUN_ENV,
         start_new_session=True,
     )
     wait_for_checkpoint(launcher, tmp_path)
@@ -212,6 +213,19 @@ def test_cuda_run_trains_on_the_gpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_torchrun_with_more_processes_than_gpus_on_the_machine_is_refused_unless_no_cuda(monkeypatch, module):
+    # one GPU and two processes: the second would ask for cuda:1 and NCCL for a GPU of its own; a traceback there
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc-per-node 2, in each of its processes
+    refusal = "torchrun starts 2 processes here, more than this machine's GPUs: one per GPU, or --no-cuda"
+    assert module.check_args(module.Args()) == refusal
+    assert module.check_args(module.Args(cuda=False)) is None  # gloo on the CPU takes any number
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert module.check_args(module.Args()) is None
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_nccl_two_gpus_keep_ranks_identical(tmp_path):
     flags = [*PENDULUM, "--total-timesteps", "2048", "--eval-episodes", "0"]
@@ -231,7 +245,7 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_iteration_saved_and_wh
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+        env=os.environ | TORCHRUN_ENV | {"PYTHONPATH": str(ROOT)},
     )
     wait_for_checkpoint(launcher, tmp_path)
     workers = subprocess.run(

@@ -76,6 +76,27 @@ def test_life_loss_ends_the_learning_episode_but_not_the_game():
     assert game.resets == 2 and game.ale.lives() == 3
 
 
+class LastLifeLingers(FakeGame):
+    """The lives counter reads 0 for a step before the game says it is over (baselines names Qbert): over at t=13."""
+
+    def step(self, action):
+        obs, reward, _, truncated, info = super().step(action)
+        return obs, reward, self.t >= 13, truncated, info
+
+
+def test_the_last_life_ends_with_the_game_not_when_the_lives_counter_reads_0():
+    game = LastLifeLingers()
+    env = A.EpisodicLife(game)
+    env.reset(seed=0)
+    ends = []
+    for _ in range(11):  # a fixed count of agent steps: t = 1 to 13, less the two no-ops after the lives lost
+        _, _, terminated, _, _ = env.step(2)
+        ends.append((game.t, terminated))
+        if terminated and game.t < 13:
+            env.reset()  # a life lost: one no-op step
+    assert [t for t, terminated in ends if terminated] == [4, 8, 13]  # lives 2 and 1 lost, then the game over only
+
+
 def test_time_limit_is_a_truncation_not_a_termination_and_ends_the_game():
     game = FakeGame(time_limit=2)
     env = A.EpisodicLife(game)
@@ -353,6 +374,41 @@ def test_no_op_starts_begin_games_at_different_frames():
     assert 1 + 2 * 4 <= min(starts) and max(starts) <= 30 + 2 * 4
 
 
+def test_no_op_starts_draw_from_1_to_30_no_ops():
+    env = make_real_env()
+    preprocessing = find_wrapper(env, gym.wrappers.AtariPreprocessing)
+    preprocessing.reset(seed=0)
+    frames = set()
+    for _ in range(300):  # its own resets alone (no FIRE), drawing on from the seeded generator: 1 in 30 each
+        preprocessing.reset()
+        frames.add(env.unwrapped.ale.getEpisodeFrameNumber())
+    env.close()
+    assert min(frames) == 1 and max(frames) == A.NOOP_MAX == 30  # the paper's and CleanRL's 30, every count drawn
+
+
+def test_a_game_without_fire_gets_no_fire_reset(monkeypatch):
+    env = make_real_env("FreewayNoFrameskip-v4")  # NOOP, UP, DOWN: actions 1 and 2 would move the chicken
+    assert "FIRE" not in env.unwrapped.get_action_meanings() and A.FireReset not in wrappers_of(env)
+    pressed, step = [], type(env.unwrapped).step
+    monkeypatch.setattr(type(env.unwrapped), "step", lambda self, a: (pressed.append(int(a)), step(self, a))[1])
+    env.reset(seed=0)
+    env.close()
+    assert pressed and set(pressed) == {A.NOOP}  # the no-op starts alone
+
+
+def test_video_films_every_emulator_frame_not_one_per_agent_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = A.make_env("BreakoutNoFrameskip-v4", 0, True, "run", {})()
+    camera = find_wrapper(env, gym.wrappers.RecordVideo)
+    env.reset(seed=0)
+    filmed = len(camera.recorded_frames)
+    assert filmed > 1 + 2 * A.FRAME_SKIP  # the reset's no-ops, FIRE and action 2: each emulator frame
+    for _ in range(5):
+        env.step(A.NOOP)
+    assert len(camera.recorded_frames) - filmed == 5 * A.FRAME_SKIP  # inside the frame skip: real-time video
+    env.close()
+
+
 def test_the_frame_stack_starts_filled_with_the_reset_frame():
     env = make_real_env()
     obs, _ = env.reset(seed=0)
@@ -429,6 +485,9 @@ def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():
         assert torch.allclose(logprob, dist.log_prob(actions), atol=1e-5)
         assert torch.allclose(entropy, dist.entropy(), atol=1e-5)
         assert torch.allclose(value, agent.get_value(obs), atol=1e-6)
+        agent.actor.bias[0] = 200.0  # a near-certain policy: the other actions' probabilities underflow to 0
+        _, logprob, entropy, _ = agent.get_action_and_value(obs, actions)
+        assert torch.isfinite(logprob).all() and torch.isfinite(entropy).all()  # log_softmax, not log(softmax)
     envs.close()
 
 
@@ -673,6 +732,10 @@ def test_capture_video_records_the_first_of_the_vector_envs_only(tmp_path, monke
         rendering = ["rgb_array" if recorded else None for recorded in expected]  # rendering costs: only when recorded
         assert [env.render_mode for env in envs.envs] == rendering
         envs.close()
+    monkeypatch.setattr(A, "RANK", 1)  # under torchrun, a process other than rank 0 films nothing (one folder)
+    envs = A.make_envs(A.Args(num_envs=2, capture_video=True), "run")
+    assert not any(gym.wrappers.RecordVideo in wrappers_of(env) for env in envs.envs)
+    envs.close()
 
 
 def test_omp_num_threads_of_zero_is_not_a_count(monkeypatch):

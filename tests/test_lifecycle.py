@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -916,3 +917,78 @@ def test_a_resumed_runs_speed_counts_only_the_steps_it_ran_itself(tmp_path, monk
         log.iteration(C.advance(progress, 5, args.batch_size, 1.0, []), {"losses/policy_loss": 0.0})
     log.close()
     assert log.sps == 128.0  # not 1256 / 2: the steps before the resume were not run here
+
+
+# --- a checkpoint across hosts, GPUs and processes; the global random streams; a run without evaluation -----
+
+
+def one_process_checkpoint(envs: gym.vector.VectorEnv, agent: C.Agent, optimizer: torch.optim.Optimizer) -> dict:
+    """What save_checkpoint keeps for the agent, of a run of one process (its one RNG state)."""
+    spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
+    ckpt = {"spaces": spaces, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()}
+    return ckpt | {"normalization": C.normalization_state(envs), "rng": [C.rng_state()]}
+
+
+def test_a_process_the_saved_run_lacked_resumes_with_its_own_seed(monkeypatch):
+    # a one-process run resumed under torchrun with two: rank 1 finds no RNG state of its own and keeps its seed
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    agent = C.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters())
+    ckpt = one_process_checkpoint(envs, agent, optimizer)
+    torch.manual_seed(123)
+    own = torch.get_rng_state()
+    monkeypatch.setattr(C, "RANK", 1)
+    C.restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # no IndexError
+    assert torch.equal(torch.get_rng_state(), own)
+    envs.close()
+
+
+def test_each_process_saves_and_restores_the_random_state_of_its_own_gpu(monkeypatch):
+    devices = []  # the GPU each CUDA RNG call names: the current device's generator is another GPU's under torchrun
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": devices.append(device) or torch.zeros(4))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": devices.append(device))
+    monkeypatch.setattr(C, "LOCAL_RANK", 1)
+    C.set_rng_state(C.rng_state())
+    assert [torch.device("cuda", d) if isinstance(d, int) else torch.device(d) for d in devices] == [
+        torch.device("cuda:1")
+    ] * 2
+
+
+def test_a_checkpoint_written_on_a_gpu_loads_on_a_host_without_one(tmp_path, monkeypatch):
+    path = tmp_path / "gpu.pt"
+    with monkeypatch.context() as m:  # its tensors tagged cuda:0, as a CUDA run writes them
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save({"script": C.SCRIPT_NAME, "args": {"env_id": "Pendulum-v1"}, "agent": {"w": torch.ones(2)}}, path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert C.load_checkpoint(str(path))["agent"]["w"].device.type == "cpu"
+
+
+def test_the_random_state_round_trips_python_numpy_and_torch():
+    # a user's env or library that draws from python's or numpy's global stream resumes on the same draws
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)  # noqa: NPY002 (the global stream, as such code uses it)
+    saved = C.rng_state()
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())  # noqa: NPY002
+    random.seed(6), np.random.seed(6), torch.manual_seed(6)  # noqa: NPY002 (a fresh process's own seeding)
+    C.set_rng_state(saved)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected  # noqa: NPY002
+
+
+def test_a_new_run_logs_its_hyperparameters_and_without_evaluation_writes_none(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.chdir(tmp_path)
+    no_evaluation = {"num_steps": 64, "num_minibatches": 2, "total_timesteps": 128, "eval_episodes": 0}
+    summary = C.main(C.Args(**(RUN | no_evaluation)))
+    run = only_run(tmp_path)
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    assert any("hyperparameters" in tag for tag in acc.Tags()["tensors"])  # main's RunLog: a new run's table
+    assert summary["eval_mean_return"] is None and not (run / "eval.json").exists()
+    assert "eval/episodic_return" not in acc.Tags()["scalars"]
+
+
+def test_an_exception_is_said_in_one_bounded_line():
+    line = C.why(ValueError("x" * 5000 + "\nsecond line"))
+    assert line.startswith("ValueError: xxx") and "\n" not in line and len(line) < 300

@@ -813,16 +813,10 @@ def save_checkpoint(
     path: str, agent: Agent, optimizer: torch.optim.Optimizer, envs: VectorEnv, args: Args, progress: dict
 ) -> None:
     """Everything a run needs to go on, written beside path and renamed over it: a crash leaves the last one whole."""
-    state = {
-        "script": SCRIPT_NAME,
-        "spaces": [str(envs.single_observation_space), str(envs.single_action_space)],
-        "args": dataclasses.asdict(args),
-        "agent": agent.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "normalization": normalization_state(envs),
-        "progress": progress,  # global_step, iteration, kl_beta, episodes, recent_returns
-        "rng": gather_objects(rng_state()),  # one per process
-    }
+    spaces = [str(envs.single_observation_space), str(envs.single_action_space)]  # restore_agent checks them
+    state = {"script": SCRIPT_NAME, "spaces": spaces, "args": dataclasses.asdict(args), "agent": agent.state_dict()}
+    state |= {"optimizer": optimizer.state_dict(), "normalization": normalization_state(envs), "progress": progress}
+    state["rng"] = gather_objects(rng_state())  # one per process
     if RANK == 0:
         torch.save(state, path + ".tmp")
         os.replace(path + ".tmp", path)
@@ -1100,14 +1094,19 @@ def check_env(args: Args) -> str | None:
         box = isinstance(env.action_space, gym.spaces.Box) and len(env.action_space.shape) == 1
         other = "train it with ppo_continuous.py" if box else "ppo_continuous.py trains Box (A,) actions: neither does"
         return f"{args.env_id} ({env.action_space} actions) is no Atari game, which {SCRIPT_NAME}.py trains; {other}"
+    render = {"render_mode": "rgb_array"} if args.capture_video else {}  # filmed: rendered once here too
     try:  # as training makes it, unseeded, without gymnasium's env checker (its warnings would precede our one line)
-        env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True})()
+        env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True} | render)()
         shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
+        if render:  # without a display MuJoCo renders through libEGL only: no libEGL, one line here, no traceback
+            with warnings.catch_warnings(action="ignore"):  # GLFW's notes (no display) would precede our line
+                env.render()
         env.close()
         if any(shape != env.observation_space.shape for shape in shapes):  # the size the agent is built for
             raise ValueError(f"reset and step gave observations of shape {shapes}, not {env.observation_space.shape}")
     except Exception as e:
-        return f"{args.env_id} failed when made, reset and stepped once ({why(e)})"
+        filmed = ", then rendered for --capture-video" if render else ""
+        return f"{args.env_id} failed when made, reset and stepped once{filmed} ({why(e)})"
     return None
 
 

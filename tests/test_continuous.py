@@ -424,6 +424,22 @@ def test_capture_video_films_a_mujoco_env_on_a_machine_without_a_display(tmp_pat
     assert list((tmp_path / "videos").glob("*/rl-video-episode-0.mp4"))  # the first 16-step episode, filmed
 
 
+def test_capture_video_where_nothing_can_render_is_refused_in_one_line(tmp_path, monkeypatch):
+    """No libEGL and no display (a GPU server): MuJoCo cannot film there. One line before anything is written,
+    not mujoco's traceback (and GLFW's warnings) at the first reset."""
+    for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    command = [sys.executable, "-c", NO_EGL, str(ROOT / "ppo_continuous.py"), *TINY_CHEETAH, "--capture-video"]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]  # before it only mujoco's and gymnasium's notes on HalfCheetah-v4
+    assert last.startswith(
+        "error: HalfCheetah-v4 failed when made, reset and stepped once, then rendered for --capture-video ("
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr and "GLFWError" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "videos").exists()  # (mujoco leaves MUJOCO_LOG.TXT)
+
+
 # --- learning ----------------------------------------------------------------------------------
 
 

@@ -49,6 +49,9 @@ class Args:
     """minibatches per epoch"""
     learning_rate: float = 0.05
     """Adam's step size on the policy's logits"""
+    anneal_lr: bool = False
+    """decay the step size linearly: --learning-rate at the first iteration, 1/num_iterations of it at the last
+    (the neural scripts' default; off here, as in the textbook: a constant step)"""
     critic_learning_rate: float = 0.5
     """fraction of the way each visited cell's value moves toward its targets' mean, per minibatch"""
     gamma: float = 0.9
@@ -67,6 +70,8 @@ class Args:
     """weight of the entropy bonus"""
     norm_adv: bool = True
     """normalize advantages per minibatch"""
+    clip_vloss: bool = False
+    """clip the critic's move within --clip-coef of its value at collection, as the policy's ratio is clipped"""
     target_kl: float | None = None
     """stop an update's epochs as soon as a minibatch's approx KL exceeds this"""
     ablation: bool = False
@@ -90,7 +95,7 @@ ABLATION = dict(num_envs=8, num_steps=16, update_epochs=30, num_minibatches=1, l
 ABLATION_SEEDS = 5
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
 NEAR_OPTIMAL = 0.01  # "reached the optimum": J(pi) within this of V*
-VISITED = 0.01  # critic and greedy actions are graded on cells holding >= 1% of the discounted visitation
+VISITED = 0.01  # critic and greedy actions are graded on cells s with (1 - gamma) rho(s) >= 1%
 Q_TIE = 1e-6  # actions whose Q* is within this of the best count as optimal
 
 
@@ -304,12 +309,12 @@ def ppo_clip_loss(logp_new: np.ndarray, logp_old: np.ndarray, adv: np.ndarray, e
 
 
 def ppo_value_loss(
-    v_new: np.ndarray, returns: np.ndarray, v_old: np.ndarray | None = None, clip: float | None = None
+    v_new: np.ndarray, v_old: np.ndarray, returns: np.ndarray, clip: float | None = None
 ) -> tuple[float, np.ndarray]:
     """0.5 * mean((V - R)^2), or with clip the larger of that and the error of V kept within clip of
     v_old (the values at collection); returns the loss and its gradient in v_new."""
     err = v_new - returns
-    if clip is None or v_old is None:
+    if clip is None:
         return float(0.5 * np.mean(err**2)), err / len(err)
     v_clipped = v_old + np.clip(v_new - v_old, -clip, clip)
     err_clipped = v_clipped - returns
@@ -445,9 +450,10 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
         buf.rewards, buf.values, buf.next_values, buf.terminations, buf.truncations, args.gamma, args.gae_lambda
     )
     b_states, b_actions, b_logprobs = buf.states.ravel(), buf.actions.ravel(), buf.logprobs.ravel()
-    b_advantages, b_returns = advantages.ravel(), returns.ravel()
+    b_values, b_advantages, b_returns = buf.values.ravel(), advantages.ravel(), returns.ravel()
     pi_old = agent.policy()
-    logratios, entropies, epochs_done = [], [], 0
+    v_clip = args.clip_coef if args.clip_vloss else None  # value clipping: the policy's clip range, as CleanRL's
+    logratios, entropies, value_losses, epochs_done = [], [], [], 0
     for _epoch in range(args.update_epochs):
         perm = rng.permutation(args.batch_size)
         stop = False
@@ -472,7 +478,8 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
             )
             entropies.append(entropy(pi[b_states[mb]]).mean())  # of the policy this step starts from
             agent.logits += agent.policy_optimizer.step(-grad)  # gradient ascent on the objective
-            _, v_grad = ppo_value_loss(agent.values[b_states[mb]], b_returns[mb])
+            v_loss, v_grad = ppo_value_loss(agent.values[b_states[mb]], b_values[mb], b_returns[mb], v_clip)
+            value_losses.append(v_loss)  # of the critic this step starts from
             v_grad_sum, visits = np.zeros(NUM_STATES), np.zeros(NUM_STATES)
             np.add.at(v_grad_sum, b_states[mb], v_grad)
             np.add.at(visits, b_states[mb], 1.0 / len(mb))
@@ -490,6 +497,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
         "losses/approx_kl": float(kl_k3(logratio).mean()),
         "losses/clipfrac": float((np.abs(ratio - 1) > args.clip_coef).mean()),
         "losses/entropy": float(np.mean(entropies)) if entropies else float("nan"),
+        "losses/value_loss": float(np.mean(value_losses)) if value_losses else float("nan"),
         "losses/ratio_max": float(ratio.max()),
         "losses/ratio_min": float(ratio.min()),
         "losses/ess": effective_sample_size(ratio) / len(ratio),
@@ -551,6 +559,8 @@ def train(args: Args, writer: "SummaryWriter | None" = None, verbose: bool = Tru
             f"{'ratio':>11} {'ess':>5} {'critic_err':>10}"
         )
     for iteration in range(1, args.num_iterations + 1):
+        if args.anneal_lr:  # linear decay, CleanRL's schedule: 1/num_iterations of the step at the last iteration
+            agent.policy_optimizer.lr = args.learning_rate * (1 - (iteration - 1) / args.num_iterations)
         buf, state, finished = collect_rollout(envs, agent, state, args.num_steps, rng)
         global_step += args.batch_size
         metrics = update(agent, buf, args, kl_beta, rng)
@@ -563,6 +573,7 @@ def train(args: Args, writer: "SummaryWriter | None" = None, verbose: bool = Tru
             "charts/optimal_return": g["optimal_return"],
             "charts/critic_max_error": g["critic_max_error"],
             "charts/kl_beta": kl_beta,
+            "charts/learning_rate": agent.policy_optimizer.lr,
         }
         if finished:
             scalars["charts/episodic_return"] = float(np.mean(finished))

@@ -58,20 +58,20 @@ def test_value_loss_is_half_the_mse_with_exact_gradients_and_clipping_makes_it_p
     rng = np.random.default_rng(1)
     v_old, returns = rng.normal(size=30), rng.normal(size=30)
     v_new = v_old + rng.normal(scale=0.5, size=30)
-    loss, grad = G.ppo_value_loss(v_new, returns)
+    loss, grad = G.ppo_value_loss(v_new, v_old, returns)
     assert loss == pytest.approx(0.5 * np.mean((v_new - returns) ** 2))
     for clip in (None, 0.2):
-        _, grad = G.ppo_value_loss(v_new, returns, v_old, clip)
+        _, grad = G.ppo_value_loss(v_new, v_old, returns, clip)
         h = 1e-6
         for i in range(30):
             e = np.zeros(30)
             e[i] = h
             numeric = (
-                G.ppo_value_loss(v_new + e, returns, v_old, clip)[0]
-                - G.ppo_value_loss(v_new - e, returns, v_old, clip)[0]
+                G.ppo_value_loss(v_new + e, v_old, returns, clip)[0]
+                - G.ppo_value_loss(v_new - e, v_old, returns, clip)[0]
             ) / (2 * h)
             assert grad[i] == pytest.approx(numeric, abs=1e-6)
-    clipped_loss, _ = G.ppo_value_loss(v_new, returns, v_old, 0.2)
+    clipped_loss, _ = G.ppo_value_loss(v_new, v_old, returns, 0.2)
     assert clipped_loss >= loss  # the clipped loss is the pessimistic (larger) one
 
 
@@ -573,6 +573,39 @@ def test_critic_moves_its_fraction_of_the_way_toward_the_targets():
     agent = updated(buf, update_epochs=1, num_minibatches=1, critic_learning_rate=0.5)
     for s in np.unique(buf.states):
         assert agent.values[s] == pytest.approx(0.5 * returns[buf.states == s].mean())  # from V = 0, half the way
+
+
+def test_value_clipping_keeps_the_critic_near_its_values_at_collection():
+    """--clip-vloss: once a cell's value has left the band of clip_coef around its value at collection, the samples
+    that would pull it further stop moving it; only the step that crossed the edge reaches past it."""
+    buf = rollout_for_flags()  # collected with V = 0 in every cell
+    settings = dict(critic_learning_rate=0.1, update_epochs=10, num_minibatches=1, clip_coef=0.2)
+    bound = 0.2 + 0.1 * 1.0  # the band, plus one step's move (every |return| <= 1 here)
+    assert np.abs(updated(buf, **settings, clip_vloss=True).values).max() <= bound
+    assert np.abs(updated(buf, **settings).values).max() > bound + 0.1  # unclipped: 10 steps of 10% toward R
+
+
+def test_value_loss_is_averaged_over_every_minibatch_step_with_the_values_at_collection(monkeypatch):
+    buf = rollout_for_flags()
+    calls = spy(monkeypatch, G, "ppo_value_loss")
+    metrics = G.update(G.Agent.uniform(0.05), buf, G.Args(clip_vloss=True), 1.0, np.random.default_rng(1))
+    losses = [result[0] for _, _, result in calls]
+    assert len(losses) == 16 and metrics["losses/value_loss"] == pytest.approx(np.mean(losses))
+    assert losses[-1] < losses[0]  # the critic learned over the update
+    v_olds = [call_args[1] for call_args, _, _ in calls]
+    assert all(np.all(v_old == 0) for v_old in v_olds)  # the values at collection (V = 0), not the moving critic
+    assert all(clip == 0.2 for (*_, clip), _, _ in calls)  # the policy's clip range
+
+
+def test_anneal_lr_decays_the_policy_step_linearly_to_one_nth_at_the_last_iteration():
+    args = G.Args(num_iterations=4, anneal_lr=True)
+    writer, constant_writer = WriterRecorder(), WriterRecorder()
+    annealed, _ = G.train(args, writer, verbose=False)
+    constant, _ = G.train(G.Args(num_iterations=4), constant_writer, verbose=False)
+    logged = [lr for _, lr in writer.scalars["charts/learning_rate"]]
+    assert logged == pytest.approx([0.05, 0.0375, 0.025, 0.0125])  # lr * (1 - (i - 1) / N), i = 1..N
+    assert [lr for _, lr in constant_writer.scalars["charts/learning_rate"]] == pytest.approx([0.05] * 4)
+    assert np.abs(annealed.logits - constant.logits).max() > 1e-3  # the smaller steps reached the policy
 
 
 def test_finished_episodes_report_their_whole_return_including_the_last_reward(monkeypatch):

@@ -1,7 +1,7 @@
 """PPO for Atari from pixels, in one file: ppo_continuous.py with an Atari environment and a CNN:
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4
     python ppo_atari.py --env-id ALE/Pong-v5 --total-timesteps 2000000
-    python ppo_atari.py --anneal-clip --vf-coef 1.0 --update-epochs 3  # the PPO paper's Atari settings
+    python ppo_atari.py --anneal-clip --vf-coef 2.0 --update-epochs 3  # the PPO paper's settings (c1 = 1 on (V-R)^2)
     python ppo_atari.py --bf16 --compile     # the CNN in bf16 (CPUs with AVX512-BF16 or AMX, GPUs), compiled
     tensorboard --logdir runs
 
@@ -85,7 +85,7 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"
     """an Atari id: any *NoFrameskip-v4 or ALE/*-v5 (module:EnvId imports module first)"""
     total_timesteps: int = 10_000_000
-    """agent steps summed over all environments, 4 frames each (CleanRL's Atari budget)"""
+    """agent steps of 4 frames summed over all environments, the reset step after each life included (CleanRL's)"""
     learning_rate: float = 2.5e-4
     """Adam's step size at the start of training (the paper's Atari value)"""
     num_envs: int = 8
@@ -473,6 +473,7 @@ def collect_rollout(
 # 6. Update -----------------------------------------------------------------------------------
 
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
+MIN_MINIBATCH = 4  # samples, checked by check_args: a std needs 2, and dropped autoreset steps can halve a minibatch
 
 
 def minibatch_loss(
@@ -746,7 +747,8 @@ def merge_normalization(envs: VectorEnv, prior: dict[str, Tensor]) -> dict[str, 
         n, s1, s2 = moments.split([1, mean.numel(), mean.numel()])
         shape = state[f"{name}.mean"].shape
         mean, var = (s1 / n).view(shape), (s2 / n - (s1 / n) ** 2).view(shape)
-        state |= {f"{name}.count": n[0], f"{name}.mean": mean, f"{name}.var": var}
+        dtype = state[f"{name}.mean"].dtype  # back to the statistics' own dtype (float32 ones stay float32)
+        state |= {f"{name}.count": n[0], f"{name}.mean": mean.to(dtype), f"{name}.var": var.to(dtype)}
     load_normalization_state(envs, state, frozen=False)
     return state
 
@@ -780,8 +782,8 @@ def load_normalization_state(envs: VectorEnv, state: dict[str, Tensor], frozen: 
     """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
     for wrapper, name in running_stats(envs):
         rms = vars(wrapper)[name]
-        rms.mean = state[f"{name}.mean"].numpy().astype(rms.mean.dtype)
-        rms.var = state[f"{name}.var"].numpy().astype(rms.var.dtype)
+        rms.mean = state[f"{name}.mean"].numpy().copy()  # in the saved dtype: a float64 observation's statistics are
+        rms.var = state[f"{name}.var"].numpy().copy()  # float64 after their first update, a fresh wrapper's float32
         rms.count = state[f"{name}.count"].item()
     freeze_normalization(envs, frozen)
 
@@ -948,14 +950,14 @@ def evaluate_checkpoint(args: Args) -> dict:
 
 def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: VectorEnv, log: "RunLog") -> dict:
     """After the last iteration rank 0 evaluates the policy (eval.json) and writes summary.json."""
-    device = next(agent.parameters()).device
+    device, normalization = next(agent.parameters()).device, normalization_state(envs)
     log.bar.close()
+    envs.close()
     if RANK != 0:
-        envs.close()
         return progress
     evaluation = None
     if args.eval_episodes:
-        eval_envs = make_eval_envs(args, os.path.basename(os.path.abspath(run_dir)), normalization_state(envs))
+        eval_envs = make_eval_envs(args, os.path.basename(os.path.abspath(run_dir)), normalization)
         evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
         eval_envs.close()
         log.writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
@@ -967,7 +969,6 @@ def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: Vec
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary))
-    envs.close()
     log.writer.close()
     return summary
 
@@ -1045,9 +1046,9 @@ def check_args(args: Args) -> str | None:
     for name in ("save_every", "eval_episodes"):
         if getattr(args, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
-    if (args.num_envs * args.num_steps) % args.num_minibatches:
+    if (args.num_envs * args.num_steps) % args.num_minibatches or args.minibatch_size < MIN_MINIBATCH:
         batch = f"the batch of {args.num_envs * args.num_steps} (--num-envs x --num-steps)"
-        return f"--num-minibatches {args.num_minibatches} does not divide {batch}"
+        return f"--num-minibatches {args.num_minibatches} does not divide {batch} into minibatches of {MIN_MINIBATCH}+"
     if args.total_timesteps < args.batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
     if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:

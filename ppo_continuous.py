@@ -85,7 +85,7 @@ class Args:
     env_id: str = "HalfCheetah-v4"
     """a gymnasium id with Box actions (HalfCheetah, Hopper, Walker2d, Ant, Humanoid v4/v5), or your module:EnvId"""
     total_timesteps: int = 1_000_000
-    """environment steps summed over all environments (the PPO paper's MuJoCo budget)"""
+    """environment steps summed over all environments, the reset step after each episode included (the paper's)"""
     learning_rate: float = 3e-4
     """Adam's step size at the start of training (the paper's MuJoCo value)"""
     num_envs: int = 1
@@ -485,6 +485,7 @@ def collect_rollout(
 # 6. Update -----------------------------------------------------------------------------------
 
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
+MIN_MINIBATCH = 4  # samples, checked by check_args: a std needs 2, and dropped autoreset steps can halve a minibatch
 
 
 def minibatch_loss(
@@ -758,7 +759,8 @@ def merge_normalization(envs: VectorEnv, prior: dict[str, Tensor]) -> dict[str, 
         n, s1, s2 = moments.split([1, mean.numel(), mean.numel()])
         shape = state[f"{name}.mean"].shape
         mean, var = (s1 / n).view(shape), (s2 / n - (s1 / n) ** 2).view(shape)
-        state |= {f"{name}.count": n[0], f"{name}.mean": mean, f"{name}.var": var}
+        dtype = state[f"{name}.mean"].dtype  # back to the statistics' own dtype (float32 ones stay float32)
+        state |= {f"{name}.count": n[0], f"{name}.mean": mean.to(dtype), f"{name}.var": var.to(dtype)}
     load_normalization_state(envs, state, frozen=False)
     return state
 
@@ -792,8 +794,8 @@ def load_normalization_state(envs: VectorEnv, state: dict[str, Tensor], frozen: 
     """Put saved running statistics back into the wrappers; frozen ones stop updating (evaluation)."""
     for wrapper, name in running_stats(envs):
         rms = vars(wrapper)[name]
-        rms.mean = state[f"{name}.mean"].numpy().astype(rms.mean.dtype)
-        rms.var = state[f"{name}.var"].numpy().astype(rms.var.dtype)
+        rms.mean = state[f"{name}.mean"].numpy().copy()  # in the saved dtype: a float64 observation's statistics are
+        rms.var = state[f"{name}.var"].numpy().copy()  # float64 after their first update, a fresh wrapper's float32
         rms.count = state[f"{name}.count"].item()
     freeze_normalization(envs, frozen)
 
@@ -960,14 +962,14 @@ def evaluate_checkpoint(args: Args) -> dict:
 
 def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: VectorEnv, log: "RunLog") -> dict:
     """After the last iteration rank 0 evaluates the policy (eval.json) and writes summary.json."""
-    device = next(agent.parameters()).device
+    device, normalization = next(agent.parameters()).device, normalization_state(envs)
     log.bar.close()
+    envs.close()
     if RANK != 0:
-        envs.close()
         return progress
     evaluation = None
     if args.eval_episodes:
-        eval_envs = make_eval_envs(args, os.path.basename(os.path.abspath(run_dir)), normalization_state(envs))
+        eval_envs = make_eval_envs(args, os.path.basename(os.path.abspath(run_dir)), normalization)
         evaluation = run_evaluation(eval_envs, agent, args, os.path.join(run_dir, "eval.json"), device)
         eval_envs.close()
         log.writer.add_scalar("eval/episodic_return", evaluation["mean_return"], progress["global_step"])
@@ -979,7 +981,6 @@ def finish_run(args: Args, run_dir: str, progress: dict, agent: Agent, envs: Vec
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary))
-    envs.close()
     log.writer.close()
     return summary
 
@@ -1057,9 +1058,9 @@ def check_args(args: Args) -> str | None:
     for name in ("save_every", "eval_episodes"):
         if getattr(args, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
-    if (args.num_envs * args.num_steps) % args.num_minibatches:
+    if (args.num_envs * args.num_steps) % args.num_minibatches or args.minibatch_size < MIN_MINIBATCH:
         batch = f"the batch of {args.num_envs * args.num_steps} (--num-envs x --num-steps)"
-        return f"--num-minibatches {args.num_minibatches} does not divide {batch}"
+        return f"--num-minibatches {args.num_minibatches} does not divide {batch} into minibatches of {MIN_MINIBATCH}+"
     if args.total_timesteps < args.batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
     if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:

@@ -386,6 +386,24 @@ def test_mujoco_ids_in_v4_and_v5_run_a_rollout(env_id):
     envs.close()
 
 
+def test_float64_observation_statistics_come_back_from_a_checkpoint_bit_for_bit(tmp_path):
+    """MuJoCo's observations are float64, so the running statistics turn float64 at their first update: a resumed run
+    and an evaluation get them back exactly as saved, not rounded to a fresh wrapper's float32."""
+    args = C.Args(env_id="InvertedPendulum-v4", num_envs=2)
+    envs = C.make_envs(args, "trained")
+    envs.reset(seed=0)
+    for _ in range(5):
+        envs.step(envs.action_space.sample())
+    saved = C.normalization_state(envs)
+    assert saved["obs_rms.mean"].dtype == torch.float64
+    torch.save(saved, tmp_path / "state.pt")
+    evaluated = C.make_eval_envs(args, "evaluated", torch.load(tmp_path / "state.pt", weights_only=True))
+    for key, value in C.normalization_state(evaluated).items():
+        assert value.dtype == saved[key].dtype and torch.equal(value, saved[key]), key
+    envs.close()
+    evaluated.close()
+
+
 # the script run on a machine without libEGL (a GPU server without its graphics libraries): ctypes finds no
 # EGL library and cannot open one under any name
 NO_EGL = """

@@ -443,6 +443,7 @@ BAD = [
     ({"save_every": -1}, "--save-every must not be negative"),
     ({"eval_episodes": -1}, "--eval-episodes must not be negative"),
     ({"num_minibatches": 7}, "does not divide"),
+    ({"num_minibatches": 64}, "into minibatches of 4+"),  # 2 samples each: an advantage std of 1 sample is NaN
     ({"total_timesteps": 100}, "less than one batch"),
     ({"learning_rate": 0.0}, "must be positive"),
     ({"learning_rate": -1e-3}, "must be positive"),
@@ -596,11 +597,19 @@ def test_actions_are_clipped_to_the_env_s_own_bounds_and_the_sample_is_kept():
 
 
 def test_under_torchrun_each_process_s_batch_must_split_into_the_minibatches(monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")  # a global batch of 6 splits in 2, each process's 3 does not
-    error = C.check_args(C.Args(env_id="Pendulum-v1", num_envs=1, num_steps=3, num_minibatches=2))
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a global batch of 10 splits in 2, each process's 5 does not
+    error = C.check_args(C.Args(env_id="Pendulum-v1", num_envs=1, num_steps=5, num_minibatches=2))
     assert error is not None and "--num-minibatches 2 does not divide" in error
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert C.check_args(C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=3, num_minibatches=2)) is None
+    assert C.check_args(C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=5, num_minibatches=2)) is None
+
+
+def test_minibatches_of_fewer_than_four_samples_are_refused_four_pass():
+    """An advantage std needs 2 samples, and dropping a minibatch's autoreset steps can halve it: 4 at least."""
+    for module, env_id in ((C, "Pendulum-v1"), (A, "BreakoutNoFrameskip-v4")):
+        args = {"env_id": env_id, "num_envs": 2, "num_steps": 8}
+        assert module.check_args(module.Args(**args, num_minibatches=4)) is None  # 4 samples each
+        assert "into minibatches of 4+" in module.check_args(module.Args(**args, num_minibatches=8))  # 2 each
 
 
 def test_rollout_stores_the_raw_sample_even_where_it_lies_outside_the_action_bounds():

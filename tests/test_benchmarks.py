@@ -660,7 +660,7 @@ def test_speed_phase_times_leave_the_warm_up_iteration_out(monkeypatch):
 
 def test_speed_against_a_commit_prints_both_checkouts_sps_their_ratio_and_where_the_time_goes(tmp_path):
     before = speed_worktrees()
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--update-epochs", "1"]
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "1"]
     out = run_tool("speed.py", "--against", "HEAD", "--iterations", "1", "--runs", "1", "--", *flags, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()

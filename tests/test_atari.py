@@ -157,7 +157,7 @@ def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():
     assert game.actions == [A.NOOP, A.FIRE, A.SECOND_START_ACTION]
 
 
-def test_raw_score_is_logged_while_the_agent_learns_from_clipped_rewards():
+def test_episodic_life_ends_an_episode_per_life_while_the_statistics_below_it_score_whole_raw_games():
     game = FakeGame()
     env = gym.wrappers.RecordEpisodeStatistics(game)
     env = A.EpisodicLife(env)

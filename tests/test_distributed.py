@@ -168,7 +168,8 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
     wait_for_checkpoint(launcher, tmp_path)
     os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: every process gets it
     _, err = launcher.communicate(timeout=HANG_TIMEOUT)
-    assert err.count("exitcode  : 130") == 2 or "resume with: torchrun" in err, err[-3000:]
+    # no rank died in a traceback of the script's (torchrun's own SignalException is how its launcher ends)
+    assert 'ppo_continuous.py", line' not in err, err[-3000:]
     assert "resume with: torchrun" in err
     checkpoint = only_run(tmp_path) / C.CHECKPOINT
     stopped = torch.load(checkpoint, weights_only=True)["progress"]

@@ -537,7 +537,6 @@ def updated(buf, **overrides) -> G.Agent:
 @pytest.mark.parametrize(
     "flag, value",
     [
-        ("learning_rate", 0.2),
         ("critic_learning_rate", 0.1),
         ("gamma", 0.5),
         ("gae_lambda", 0.0),
@@ -557,6 +556,11 @@ def test_each_update_flag_changes_the_update(flag, value):
         assert logits_moved == 0 and values_moved > 1e-3  # the critic's step alone
     else:
         assert logits_moved > 1e-4 or values_moved > 1e-4
+
+
+def test_a_run_s_learning_rate_is_its_policy_s_adam_step():
+    agent, _ = G.train(G.Args(num_iterations=1, update_epochs=1, num_minibatches=1, learning_rate=0.2), verbose=False)
+    assert np.abs(agent.logits).max() == pytest.approx(0.2, rel=1e-3)  # Adam's first step: lr per entry
 
 
 def test_adam_steps_follow_learning_rate_epochs_and_minibatches():

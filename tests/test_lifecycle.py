@@ -495,7 +495,10 @@ def test_evaluation_scores_what_training_scored_and_eval_checkpoint_scores_it_ag
 
 @pytest.mark.parametrize("greedy", [True, False])
 def test_evaluation_leaves_the_statistics_unchanged(trained, greedy):
-    ckpt, envs, agent = eval_envs_for(trained[0])
+    ckpt = C.load_checkpoint(str(trained[0]))
+    envs = C.make_eval_envs(ckpt["args"], "test", ckpt["normalization"])  # alone, as finish_run makes them
+    agent = C.Agent(envs)
+    agent.load_state_dict(ckpt["agent"])
     C.evaluate(envs, agent, 2, greedy, 123, torch.device("cpu"))
     assert_same(C.normalization_state(envs), ckpt["normalization"])
     envs.close()
@@ -563,13 +566,16 @@ def test_eval_checkpoint_changes_no_byte_of_the_checkpoint_and_plays_the_same_ep
     assert first["returns"] == second["returns"]  # the same episodes each time
 
 
-def test_eval_checkpoint_takes_the_env_and_seed_from_the_saved_run_not_the_command_line(trained):
+def test_eval_checkpoint_takes_the_env_and_seed_from_the_saved_run_not_the_command_line(trained, monkeypatch):
     """--eval-checkpoint evaluates with the saved run's Args (env, seed), only the evaluation flags
     coming from the command line."""
     ckpt = C.load_checkpoint(str(trained[0]))
     assert ckpt["args"].seed == 3 and ckpt["args"].env_id == "Pendulum-v1"
+    evaluations = spy(monkeypatch, C, "evaluate")
     result = C.main(C.Args(eval_checkpoint=str(trained[0]), eval_episodes=1, env_id="HalfCheetah-v4", seed=9))
-    assert result["episodes"] == 1 and dataclasses.asdict(ckpt["args"])["seed"] == 3
+    (envs, _, _, _, seed, _), _, _ = evaluations[0]
+    assert result["episodes"] == 1 and seed == 3 + C.EVAL_SEED_OFFSET  # the saved run's seed, not --seed 9
+    assert envs.single_observation_space.shape == (3,)  # the saved run's Pendulum, not HalfCheetah's (17,)
 
 
 def test_eval_checkpoint_films_as_its_command_line_says_not_as_the_run_was_trained(trained, tmp_path, monkeypatch):

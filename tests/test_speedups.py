@@ -83,7 +83,7 @@ def test_bf16_runs_the_networks_in_bf16_and_hands_fp32_to_what_follows(module):
 def test_under_bf16_the_first_minibatch_of_an_update_sees_a_ratio_of_one_and_weights_and_adam_stay_fp32(
     tmp_path, monkeypatch, module
 ):
-    monkeypatch.setattr(C, "POLICY_HEAD_GAIN", 1.0)  # actions that depend on the state: bf16's rounding shows
+    monkeypatch.setattr(module, "POLICY_HEAD_GAIN", 1.0)  # actions that depend on the state: bf16's rounding shows
     losses = spy(monkeypatch, module, "minibatch_loss")
     updates = spy(monkeypatch, module, "update")
     run(tmp_path / "run", monkeypatch, module, bf16=True)

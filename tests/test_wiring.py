@@ -509,7 +509,9 @@ def test_a_run_that_ends_no_episode_says_so_in_its_summary(tmp_path, monkeypatch
 
 
 def gymnasium_chain(args: C.Args) -> gym.vector.VectorEnv:
-    """The same normalization built from gymnasium's own vector wrappers, one per step of it."""
+    """The same normalization built from gymnasium's own vector wrappers, one per step of it; the reward scaling is
+    the script's ScaleReward in both (gymnasium's NormalizeReward restarts its return differently: ScaleReward has its
+    own hand-computed tests), so the rewards compare the clip alone."""
     envs = gym.vector.SyncVectorEnv(
         [C.make_env(args.env_id, i, False, "test", {}) for i in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
@@ -522,7 +524,7 @@ def gymnasium_chain(args: C.Args) -> gym.vector.VectorEnv:
     return gym.wrappers.vector.ClipReward(envs, -C.REWARD_CLIP, C.REWARD_CLIP)
 
 
-def test_the_scripts_normalization_gives_exactly_what_gymnasiums_wrappers_give():
+def test_the_scripts_normalize_wrapper_gives_exactly_what_gymnasiums_clip_and_normalize_wrappers_give():
     # Hopper terminates often: resets, autoreset steps and restarted returns all happen within the stream
     args = C.Args(env_id="Hopper-v4", num_envs=2)
     ours, theirs = C.make_envs(args, "test"), gymnasium_chain(args)

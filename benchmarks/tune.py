@@ -18,8 +18,9 @@ NAME=LOW:HIGH (uniform), NAME=LOW:HIGH:log (log-uniform; integers when the flag 
 The objective, maximized: per seed the mean return of its last --last-episodes training episodes (CleanRL's
 tuner) or, with --objective eval, the script's closing greedy evaluation; averaged over --seeds. While the
 seeds train, the same mean at REPORTS - 1 evenly spaced steps goes to Optuna's median pruner, which stops a trial
-that trails the median of the completed trials at the same step (its processes are stopped and nothing is left
-running). Sampler: TPE (RL Baselines3 Zoo's choice), its first STARTUP_TRIALS trials at random.
+whose best value so far trails the median of the completed trials at the step reported (its processes are
+stopped and nothing is left running); a trial whose sizes the fixed flags rule out is pruned before it runs.
+Sampler: TPE (RL Baselines3 Zoo's choice), its first STARTUP_TRIALS trials at random.
 
 Storage: --storage, by default SQLite in {dir}/{study}.db, beside the runs ({dir} = tune/{study}). Also any
 SQLAlchemy URL Optuna takes (postgresql://, mysql://) or a journal file (a path ending in .log), Optuna's two
@@ -39,6 +40,7 @@ import glob
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -131,12 +133,17 @@ class Param:
 
 
 @functools.cache
-def script_args(script: str) -> type:
-    """The script's Args dataclass, read from its file without running it."""
+def script_module(script: str):
+    """The script as a module, read from its file without running its main."""
     spec = importlib.util.spec_from_file_location(f"tuned_{script.removesuffix('.py')}", os.path.join(ROOT, script))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.Args
+    return module
+
+
+def script_args(script: str) -> type:
+    """The script's Args dataclass."""
+    return script_module(script).Args
 
 
 def script_fields(script: str) -> dict[str, type]:
@@ -219,11 +226,26 @@ def search_space(script: str, params: list[str], fixed: list[str]) -> list[Param
     if taken := [f for f in TUNER_FLAGS if f[2:] in flag_names(fixed)]:
         raise BadInput(f"{taken[0]} is tune.py's to set: give it no value after --")
     space = [parse_param(p, fields, script) for p in params]
+    if twice := [p.flag for i, p in enumerate(space) if p.flag in (q.flag for q in space[:i])]:
+        raise BadInput(f"--param {twice[0]} is given twice: one range or one set of choices a flag")
     if params:
         if clash := [p.flag for p in space if p.flag in flag_names(fixed)]:
             raise BadInput(f"--{clash[0]} is both searched (--param) and fixed (after --)")
         return space
     return [p for p in (parse_param(t, fields, script) for t in SPACES[script]) if p.flag not in flag_names(fixed)]
+
+
+def batch_problem(script: str, flags: list[str]) -> str | None:
+    """Why the script would refuse these flags' sizes (a searched one against a fixed one: --num-steps 128 fixed,
+    64 minibatches searched), or None. Such a trial is pruned before it runs: no run, no failure."""
+    envs, steps = fixed_int(script, flags, "num-envs"), fixed_int(script, flags, "num-steps")
+    minibatches, total = fixed_int(script, flags, "num-minibatches"), fixed_int(script, flags, "total-timesteps")
+    smallest = script_module(script).MIN_MINIBATCH  # the script's own floor (check_args)
+    if (envs * steps) % minibatches or envs * steps // minibatches < smallest:
+        return f"{minibatches} minibatches do not split a batch of {envs * steps} into {smallest}+ samples each"
+    if total < envs * steps:
+        return f"--total-timesteps {total} is less than one batch of {envs * steps}"
+    return None
 
 
 def as_flags(params: dict) -> list[str]:
@@ -272,7 +294,7 @@ def read_scalars(folder: str | None) -> tuple[int, np.ndarray, np.ndarray]:
         return 0, np.zeros(0), np.zeros(0)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
+    acc = EventAccumulator(folder, size_guidance={"scalars": 0})  # a fresh one: the run's file, then the .tune one
     acc.Reload()
     tags = acc.Tags()["scalars"]
     progress = acc.Scalars(STEP_TAG)[-1].step if STEP_TAG in tags else 0
@@ -297,7 +319,8 @@ class Trial:
         env = os.environ | {"OMP_NUM_THREADS": str(study.threads)}
         # the user's folder on the path: their module:EnvId imports as it would from where they stand
         env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH")) if p)
-        self.procs, self.logs = [], []
+        self.procs, self.logs, self.read = [], [], {}  # read: per folder, its event files' sizes and scalars
+        self.start = int(time.time())  # run folders end in their start time: an older study's are not this trial's
         for seed in study.seeds:
             cmd = [sys.executable, os.path.join(ROOT, study.script), *flags, *extra]
             cmd += ["--seed", str(seed), "--exp-name", self.exp, "--save-every", str(self.save_every(flags))]
@@ -312,6 +335,7 @@ class Trial:
                         stderr=out,
                         env=env,
                         preexec_fn=kill_with_parent if sys.platform.startswith("linux") else None,
+                        start_new_session=True,  # Ctrl-C reaches the tuner alone, which stops the runs once
                     )
                 )
 
@@ -322,7 +346,18 @@ class Trial:
 
     def folder(self, seed: int) -> str | None:
         found = sorted(glob.glob(os.path.join(self.study.runs_dir, f"*__{glob.escape(self.exp)}__{seed}__*")))
+        found = [f for f in found if f.rsplit("__", 1)[-1].isdigit() and int(f.rsplit("__", 1)[-1]) >= self.start]
         return found[-1] if found else None
+
+    def scalars(self, seed: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """read_scalars of the seed's run, read again only when its event files have grown (a run flushes them at
+        its checkpoints, some 20 times a run, while tune.py looks every POLL_S: a long run's file takes seconds)."""
+        folder = self.folder(seed)
+        files = glob.glob(os.path.join(glob.escape(folder), "events.out.tfevents.*")) if folder else []
+        sizes = sorted((path, os.path.getsize(path)) for path in files)
+        if folder not in self.read or self.read[folder][0] != sizes:
+            self.read[folder] = (sizes, read_scalars(folder))
+        return self.read[folder][1]
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs)
@@ -357,7 +392,7 @@ class Trial:
                 with open(os.path.join(folder, "summary.json")) as f:
                     value = json.load(f).get("eval_mean_return")
             else:
-                _, steps, returns = read_scalars(folder)
+                _, steps, returns = self.scalars(seed)
                 value = recent_mean(steps, returns, self.study.budget, self.study.last_episodes)
             if value is None:
                 what = "an evaluation" if self.study.objective == "eval" else "an episode"
@@ -401,7 +436,7 @@ def report_due(run: Trial, trial: optuna.Trial, reported: int, prune: bool) -> i
     """Report the intermediate values whose step every seed has passed (the mean over seeds of the mean of the
     last episodes by that step); with prune, ask the pruner after each. The number of values reported so far."""
     study, steps = run.study, report_steps(run.study.budget)
-    seen = [read_scalars(run.folder(seed)) for seed in study.seeds] if reported < len(steps) else []
+    seen = [run.scalars(seed) for seed in study.seeds] if reported < len(steps) else []
     while reported < len(steps) and all(progress >= steps[reported] for progress, _, _ in seen):
         means = [recent_mean(s, r, steps[reported], study.last_episodes) for _, s, r in seen]
         if all(m is not None for m in means):  # else a seed had no episode by then: nothing to compare at that step
@@ -418,6 +453,9 @@ def objective_fn(study: Study, space: list[Param], stop: StopFlag):
         flags = study.fixed + as_flags(params)
         trial.set_user_attr("flags", flags)
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        if why := batch_problem(study.script, flags):  # the fixed flags rule these values out: pruned, never run
+            trial.set_user_attr("refused", why)
+            raise optuna.TrialPruned(why)
         run, reported, labelled = Trial(study, trial.number, flags), 0, set()
         try:
             while run.running() and not stop.signum:
@@ -429,7 +467,7 @@ def objective_fn(study: Study, space: list[Param], stop: StopFlag):
                 reported = report_due(run, trial, reported, prune=True)
         finally:
             run.stop()  # pruned, stopped or failed: no process outlives its trial
-        if stop.signum:  # Ctrl-C reaches the runs too: their exit is the stop's, not a failure
+        if stop.signum:  # the runs were stopped by the stop: their exit is the stop's, not a failure
             trial.set_user_attr("cut", True)
             raise Stopped(trial.number, params)
         if why := run.failure():
@@ -476,14 +514,16 @@ def load_study(name: str, storage, create: dict | None) -> optuna.Study:
     settings (script, fixed flags, seeds, objective) is refused rather than mixed."""
     sampler = optuna.samplers.TPESampler(n_startup_trials=STARTUP_TRIALS)
     pruner = optuna.pruners.NopPruner()  # run sets the median pruner, which needs the budget
+    if create is None:  # show: an existing study only (a misspelt name is said, not made)
+        try:
+            return optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        except KeyError:
+            raise BadInput(f"no study {name!r} in this storage") from None
     try:
         study = optuna.create_study(
-            study_name=name, storage=storage, direction="maximize", sampler=sampler, pruner=pruner,
-            load_if_exists=create is not None,
-        )  # fmt: skip
-    except KeyError:
-        raise BadInput(f"no study {name!r} in this storage") from None
-    except optuna.exceptions.DuplicatedStudyError:
+            study_name=name, storage=storage, direction="maximize", sampler=sampler, pruner=pruner, load_if_exists=True
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # made by another worker between the look and the make
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
     if create is not None:
         kept = study.user_attrs.get("settings")
@@ -502,7 +542,8 @@ def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def command_line(script: str, flags: list[str]) -> str:
-    return " ".join(["python", script, *flags])
+    """A command to paste into a shell: --env-kwargs' JSON quoted."""
+    return shlex.join(["python", script, *flags])
 
 
 def cell(trial: optuna.trial.FrozenTrial, name: str) -> str:
@@ -591,13 +632,18 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     out_dir = os.path.abspath(args.dir or os.path.join("tune", args.study))
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # tune.py says what each trial did
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's retry, the plots
-    storage = open_storage(args.storage or f"sqlite:///{os.path.join(out_dir, args.study + '.db')}")
+    database = os.path.join(out_dir, args.study + ".db")
+    if args.command == "show" and not args.storage and not os.path.exists(database):  # say so, make no database
+        raise BadInput(f"no study {args.study!r}: {database} does not exist (--dir, --storage)")
+    storage = open_storage(args.storage or f"sqlite:///{database}")
     if args.command == "show":
         show(load_study(args.study, storage, None), out_dir)
         return
     for name in ("trials", "last_episodes", "max_failures") + (("threads",) if args.threads is not None else ()):
         if getattr(args, name) < 1:
             raise BadInput(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if len(set(args.seeds)) < len(args.seeds):
+        raise BadInput(f"--seeds {' '.join(map(str, args.seeds))}: a seed twice would count one run twice")
     space = search_space(args.script, args.param, fixed)
     if not space:
         raise BadInput("nothing to search: every flag of the default space is fixed after -- (name some with --param)")
@@ -624,7 +670,7 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
         value = f" {trial.value:.2f}" if trial.value is not None else ""
         if trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values:
             value = f" at step {max(trial.intermediate_values)} ({value.strip()})"
-        error = f": {trial.user_attrs['error']}" if "error" in trial.user_attrs else ""
+        error = f": {trial.user_attrs.get('error') or trial.user_attrs.get('refused') or ''}".removesuffix(": ")
         print(f"trial {trial.number} {trial.state.name.lower()}{value} {' '.join(as_flags(trial.params))}{error}")
         failures.append(trial.state == optuna.trial.TrialState.FAIL and "error" in trial.user_attrs)
         if failing() or len(finished(study)) >= args.trials or stop.signum:

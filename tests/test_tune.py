@@ -3,6 +3,7 @@ own logs, a study that stops and resumes with its trials kept, two workers on on
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -119,16 +120,20 @@ def test_a_study_stops_resumes_its_cut_trial_first_and_scores_trials_by_their_ru
     name = f"s{os.getpid()}"  # its processes are looked for by name, machine-wide
     proc = subprocess.Popen(
         tuner(tmp_path, "run", "--study", name, "--trials", "2", LR, "--", *LONG),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     wait_until(
         lambda: list(tmp_path.glob(f"runs/*{name}-trial0__1__*/checkpoint.pt")), "the first trial's checkpoint", proc
     )
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: what a terminal sends to the tuner's whole process group
     _, err = proc.communicate(timeout=HANG_TIMEOUT)
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert proc.returncode == 128 + signal.SIGINT, err
     assert err.strip().splitlines() == ["stopped: trial 0 cut and queued to run again first; the same command resumes"]
     assert processes_of(f"{name}-trial0") == []  # the trial's run stopped with it
+    # ... by one signal, the tuner's SIGTERM, not the terminal's SIGINT too (a second signal quits a run unsaved)
+    log = (tmp_path / "logs" / f"{name}-trial0__1.log").read_text()
+    assert "SIGTERM: stopping after this iteration" in log and "SIGINT" not in log, log[-2000:]
+    assert "resume with: python ppo_continuous.py --resume" in log  # it saved
     cut = load(tmp_path, name).trials[0]
     assert cut.state == optuna.trial.TrialState.FAIL and cut.user_attrs["cut"]
     (cut_run,) = tmp_path.glob(f"runs/*__{name}-trial0__1__*")
@@ -155,7 +160,7 @@ def test_a_study_stops_resumes_its_cut_trial_first_and_scores_trials_by_their_ru
         assert hparams_of(run_dir) == {"learning-rate": t.params["learning-rate"]}
     best = max(trials[1:], key=lambda t: t.value)
     assert f"best (trial {best.number}, {best.value:.2f})" in done.stdout
-    command = done.stdout.split(f"best (trial {best.number}, {best.value:.2f}):\n")[1].splitlines()[0].split()
+    command = shlex.split(done.stdout.split(f"best (trial {best.number}, {best.value:.2f}):\n")[1].splitlines()[0])
     args = tyro.cli(C.Args, args=command[2:])  # python ppo_continuous.py FLAGS: the best trial, ready to run
     assert args.learning_rate == best.params["learning-rate"] and args.total_timesteps == LONG_STEPS
     assert (tmp_path / f"{name}_history.png").stat().st_size > 0 and (
@@ -241,6 +246,7 @@ class FakeRun:
         self.study = study
 
     folder = lambda self, seed: f"folder-{seed}"  # noqa: E731
+    scalars = lambda self, seed: tune.read_scalars(self.folder(seed))  # noqa: E731
     running = lambda self: False  # noqa: E731  (ended before the first look)
     stop = lambda self: None  # noqa: E731
     failure = lambda self: None  # noqa: E731
@@ -280,7 +286,7 @@ def test_the_objective_is_the_mean_over_seeds_of_the_last_episodes_asked_for(mon
     }
     monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
     run = tune.Trial.__new__(tune.Trial)
-    run.study, run.folder = fake_study(last_episodes=3), lambda seed: f"folder-{seed}"
+    run.study, run.folder, run.read = fake_study(last_episodes=3), lambda seed: f"folder-{seed}", {}
     assert run.final() == pytest.approx(((6.0 + 7.0 + 8.0) / 3 + 7.0) / 2)
 
 
@@ -342,6 +348,8 @@ def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_pat
         ("--storage", "mysql://nobody@localhost/nothing"): "error: cannot open the storage mysql://",
         ("--storage", "study.txt"): "give an RDB URL",
         ("--trials", "0"): "--trials must be positive",
+        ("--seeds", "1", "1"): "--seeds 1 1: a seed twice would count one run twice",
+        (LR, "--param", "learning-rate=0.1,0.2"): "--param learning-rate is given twice",
     }
     for flags, message in cases.items():
         out = run_tuner(tmp_path, "run", "--study", "b", *flags, "--", *TINY)
@@ -399,3 +407,68 @@ def test_a_trial_checkpoints_twice_a_report_so_the_pruner_reads_flushed_logs():
     every = tune.Trial.save_every(trial, [])
     assert iterations // every == 2 * tune.REPORTS
     assert tune.Trial.save_every(trial, ["--num-steps", "1024"]) == 2 * every  # from the trial's own flags
+
+
+def test_a_trial_whose_sizes_the_fixed_flags_rule_out_is_pruned_before_it_runs(monkeypatch):
+    started = []
+    monkeypatch.setattr(tune, "Trial", lambda *args: started.append(args))
+    fixed = ["--num-steps", "128"]  # 64 minibatches of a 128-step batch: 2 samples each, which the script refuses
+    space = tune.search_space("ppo_continuous.py", ["num-minibatches=4,64"], fixed)
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({"num-minibatches": 64})
+    objective = tune.objective_fn(fake_study(fixed=fixed), space, types.SimpleNamespace(signum=None))
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    assert trial.state == optuna.trial.TrialState.PRUNED and started == []  # no run started
+    assert trial.user_attrs["refused"] == "64 minibatches do not split a batch of 128 into 4+ samples each"
+    assert tune.batch_problem("ppo_continuous.py", [*fixed, "--num-minibatches", "32"]) is None  # 4 samples each
+    assert "less than one batch" in tune.batch_problem("ppo_continuous.py", ["--total-timesteps", "1000"])
+    for script, texts in tune.SPACES.items():  # the default spaces never rule themselves out
+        steps, minibatches = (tune.parse_param(t, tune.script_fields(script), script) for t in texts[1:3])
+        for n, m in ((n, m) for n in steps.choices for m in minibatches.choices):
+            assert tune.batch_problem(script, ["--num-steps", str(n), "--num-minibatches", str(m)]) is None
+
+
+def test_a_trial_reads_only_run_folders_started_with_it_not_an_older_study_s(tmp_path):
+    """Trial numbers start again at 0 in a new database: trial 0's folder from before must not pass for this one."""
+    run = tune.Trial.__new__(tune.Trial)
+    run.study, run.exp, run.start = fake_study(runs_dir=str(tmp_path)), "u-trial0", 1_800_000_000
+    (tmp_path / "Pendulum-v1__u-trial0__1__1799999999").mkdir()  # the old study's trial 0, a second too early
+    assert run.folder(1) is None
+    (tmp_path / "Pendulum-v1__u-trial0__1__1800000000").mkdir()
+    assert run.folder(1) == str(tmp_path / "Pendulum-v1__u-trial0__1__1800000000")
+
+
+def test_a_run_s_logs_are_read_again_only_when_its_event_files_have_grown(tmp_path, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    reads, real = [], tune.read_scalars
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: reads.append(folder) or real(folder))
+    run = tune.Trial.__new__(tune.Trial)
+    run.folder, run.read = lambda seed: str(tmp_path), {}
+    with SummaryWriter(str(tmp_path)) as writer:
+        writer.add_scalar(tune.STEP_TAG, 1.0, 100)
+        writer.add_scalar(tune.RETURN_TAG, 5.0, 90)
+        writer.flush()
+        assert run.scalars(1)[0] == 100 and run.scalars(1)[0] == 100 and len(reads) == 1  # unchanged: not read again
+        writer.add_scalar(tune.STEP_TAG, 1.0, 200)
+        writer.add_scalar(tune.RETURN_TAG, 7.0, 180)
+        writer.flush()
+        progress, steps, returns = run.scalars(1)
+    assert len(reads) == 2 and progress == 200 and steps.tolist() == [90, 180] and returns.tolist() == [5.0, 7.0]
+
+
+def test_show_of_a_study_that_does_not_exist_says_so_and_makes_nothing(tmp_path):
+    out = run_tuner(tmp_path, "show", "--study", "nosuch")
+    assert out.returncode == 2 and out.stderr.startswith("error: no study 'nosuch'"), out.stderr
+    assert list(tmp_path.iterdir()) == []
+    storage = f"sqlite:///{tmp_path / 'other.db'}"  # a database that exists, without the study in it
+    tune.load_study("other", tune.open_storage(storage), {})
+    out = run_tuner(tmp_path, "show", "--study", "nosuch", storage=storage)
+    assert out.returncode == 2 and "no study 'nosuch' in this storage" in out.stderr, out.stderr
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["other"]
+
+
+def test_the_best_command_is_quoted_for_a_shell():
+    flags = ["--env-id", "X-v0", "--env-kwargs", '{"size": 3}', "--no-clip-vloss"]
+    assert shlex.split(tune.command_line("ppo_continuous.py", flags)) == ["python", "ppo_continuous.py", *flags]

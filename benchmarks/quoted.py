@@ -36,7 +36,7 @@ QUOTED_IN: dict[str, list[str]] = {
         f"On Hopper-v4 (1M steps, 3 seeds) it evaluated {{{MUJOCO}/Hopper/mean/eval:.0f}} against 2470,",
         "the IQM of the {paper7/default/runs} runs is {paper7/default/iqm:.2f} (95% interval {paper7/default/iqm_ci};",
         f"one Swimmer seed of three stayed at {{{MUJOCO}/Swimmer/3/last_100:.0f}} (a tuned",
-        "this project's mean is {ratio/HalfCheetah/cleanrl-here:.1f} times that.",
+        "this project's mean over its last 10 is {ratio/HalfCheetah/cleanrl-here:.1f} times that.",
         "the IQM of the {cleanrl/default/runs} runs on the five envs with such a figure is {cleanrl/default/iqm:.2f}"
         " ({cleanrl/default/iqm_ci};",
         "the interquartile mean of the {atari/default/runs} runs' last 100 games is {atari/default/iqm:.2f} (95%"
@@ -57,12 +57,12 @@ QUOTED_IN: dict[str, list[str]] = {
         " stratified-bootstrap interval {paper7/default/iqm_ci} (`tables.py`):",
         f"below it on Swimmer's ({{{MUJOCO}/Swimmer/mean/last_100:.0f}} against 111.2),",
         "so no probability of improvement can be drawn): {ratio/HalfCheetah/cleanrl:.1f} times its return on"
-        f" HalfCheetah ({pm(MUJOCO + '/HalfCheetah', 'last_10')}"
+        f" HalfCheetah ({pm(MUJOCO + '/HalfCheetah')}"
         f" against 1442 +- 46) and {{ratio/Walker2d/cleanrl:.1f}} times on Walker2d"
-        f" ({pm(MUJOCO + '/Walker2d', 'last_10')} against 2288 +- 572); on Hopper ({pm(MUJOCO + '/Hopper', 'last_10')}"
-        f" against 2383 +- 272) and Humanoid ({pm(MUJOCO + '/Humanoid', 'last_10')} against 716 +- 49) the means are"
+        f" ({pm(MUJOCO + '/Walker2d')} against 2288 +- 572); on Hopper ({pm(MUJOCO + '/Hopper')}"
+        f" against 2383 +- 272) and Humanoid ({pm(MUJOCO + '/Humanoid')} against 716 +- 49) the means are"
         " about one std apart (differences {difference/Hopper/cleanrl:.0f} and {difference/Humanoid/cleanrl:.0f}),",
-        "of which this project's mean is {ratio/HalfCheetah/cleanrl-here:.1f} times.",
+        "of which this project's mean over its last 10 episodes is {ratio/HalfCheetah/cleanrl-here:.1f} times.",
         "return) is {cleanrl/default/iqm:.2f}, 95% stratified-bootstrap interval {cleanrl/default/iqm_ci}"
         " ({cleanrl/default/runs} runs;",
         f"Ant's seeds spread more in training ({runs(MUJOCO + '/Ant', 'last_10', last=AND)} over the last 10"

@@ -195,8 +195,8 @@ def pm(values: list[float], digits: int = 0) -> str:
 
 
 RESULTS_HEADS = {
-    "mujoco": "| env (1M steps) | seeds | last 10 episodes | greedy evaluation | CleanRL (published) "
-    "| CleanRL (run here) | PPO paper (Fig. 3, v1) | baselines ppo2 (v2) |",
+    "mujoco": "| env (1M steps) | seeds | last 100 episodes | greedy evaluation | CleanRL (published, last 100) "
+    "| CleanRL (run here, last 10) | PPO paper (Fig. 3, v1) | baselines ppo2 (v2) |",
     "atari": "| game (1M steps = 4M frames) | seeds | last 10 games | greedy evaluation | random agent | PPO paper |",
 }
 
@@ -213,7 +213,8 @@ def results_blocks(grids: dict[str, dict]) -> dict[str, list[str]]:
             runs = found.get(("default", env_id), [])
             if not runs:
                 continue
-            last, ev = pm([r["last_10"] for r in runs], digits), pm([r["eval"] for r in runs], digits)
+            last = pm([r["last_100" if grid_name == "mujoco" else "last_10"] for r in runs], digits)  # as CleanRL's
+            ev = pm([r["eval"] for r in runs], digits)
             if grid_name == "mujoco":
                 beside = [
                     CLEANRL_MUJOCO.get(env_id, "-"),
@@ -577,13 +578,14 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
     for env_id, runs in (
         (e, grids["mujoco"][("default", e)]) for e in CLEANRL_MUJOCO if ("default", e) in grids["mujoco"]
     ):
-        ours, theirs = float(np.mean([r["last_10"] for r in runs])), cleanrl[env_id]
+        ours, theirs = float(np.mean([r["last_100"] for r in runs])), cleanrl[env_id]  # both the last 100 episodes
         quoted |= {
             f"ratio/{short(env_id)}/cleanrl": ours / theirs,
             f"difference/{short(env_id)}/cleanrl": ours - theirs,
         }
-        if env_id in CLEANRL_HERE:
-            quoted[f"ratio/{short(env_id)}/cleanrl-here"] = ours / float(np.mean(CLEANRL_HERE[env_id]))
+        if env_id in CLEANRL_HERE:  # its runs here: the last 10 episodes, as ours beside them
+            ours_10 = float(np.mean([r["last_10"] for r in runs]))
+            quoted[f"ratio/{short(env_id)}/cleanrl-here"] = ours_10 / float(np.mean(CLEANRL_HERE[env_id]))
     if grids["mujoco"]:
         stats = results_stats(grids["mujoco"], grid.PAPER_ENVS, random, PPO2_MUJOCO)
         blocks["mujoco-paper-iqm"] = interval_line(

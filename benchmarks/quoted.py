@@ -72,10 +72,11 @@ QUOTED_IN: dict[str, list[str]] = {
         f"Breakout climbs all the way in every seed ({runs(ATARI + '/Breakout', 'last_10', '.1f', last=AND)} over"
         f" the last 10 games).",
         f"then rises to the end ({runs(ATARI + '/Pong', 'last_10', '.1f', last=AND)}).",
-        f"({runs(ATARI + '/BeamRider', 'last_10', '.1f', last=AND)}, against 363.9 at random). Seeds 1 and 2 took"
+        f"({runs(ATARI + '/BeamRider', 'last_10', '.1f', last=AND)}, against 363.9 at random). Seed 2's runs took"
         f" {{{ATARI}/seed2/min/minutes:.0f}} to {{{ATARI}/seed2/max/minutes:.0f}} minutes per run on one core of a"
         f" 2-core machine ({{{ATARI}/seed2/min/sps:.0f}} to {{{ATARI}/seed2/max/sps:.0f}} SPS with one thread,",
-        f"(111 to 112 minutes each, {{{ATARI}/seed3/min/sps:.0f}} to {{{ATARI}/seed3/max/sps:.0f}} SPS, beside",
+        f"({{{ATARI}/seed3/min/minutes:.0f}} to {{{ATARI}/seed3/max/minutes:.0f}} minutes each,"
+        f" {{{ATARI}/seed3/min/sps:.0f}} to {{{ATARI}/seed3/max/sps:.0f}} SPS, beside",
     ],
     "docs/studies.md": [
         "(two runs at a time, {flags/compile/all/min/minutes:.0f} to {flags/compile/all/max/minutes:.0f} minutes each)",

@@ -679,6 +679,8 @@ def run_figures(prefix: str, runs: list[dict], env_id: str) -> dict[str, float]:
     def figure(r: dict, key: str) -> float:
         if key == "minutes":  # its whole training time (train_time_s sums every resumed process's)
             return (r.get("train_time_s") or r.get("wall_time_s") or math.nan) / 60
+        if key == "sps" and r.get("train_time_s") and r.get("steps"):  # over every process of a resumed run (the
+            return r["steps"] / r["train_time_s"]  # record's own sps is its last process's, since its resume)
         if key == "human":  # the human-normalized last 100 (Atari)
             low, high = RANDOM_ATARI.get(env_id, math.nan), HUMAN_ATARI.get(env_id, math.nan)
             return (r["last_100"] - low) / (high - low)

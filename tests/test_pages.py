@@ -117,10 +117,12 @@ def test_a_phrase_twice_on_a_page_or_one_that_starts_or_ends_in_a_figure_is_refu
             tables.refresh("p.md", "3 runs of them: 3", {}, figures)
 
 
-def test_a_runs_minutes_are_its_whole_training_time_and_the_quoted_helpers_keep_their_format():
+def test_a_runs_minutes_and_sps_are_its_whole_training_s_and_the_quoted_helpers_keep_their_format():
     resumed = {"seed": 1, "last_10": 1.0, "last_100": 2.0, "eval": 3.0, "wall_time_s": 60.0, "train_time_s": 600.0}
+    resumed |= {"steps": 6000, "sps": 50.0}  # its summary's SPS: the last process's, since its resume
     figures = tables.run_figures("g/v/e", [resumed, resumed | {"seed": 2, "train_time_s": None}], "e")
     assert figures["g/v/e/1/minutes"] == 10.0 and figures["g/v/e/2/minutes"] == 1.0  # no train_time_s: wall time
+    assert figures["g/v/e/1/sps"] == 10.0 and figures["g/v/e/2/sps"] == 50.0  # steps / every process's time
     assert figures["g/v/e/max/minutes"] == 10.0 and figures["g/v/e/mean/last_100"] == 2.0
     assert quoted.pm("x", spec=".1f") == "{x/mean/last_100:.1f} +- {x/std/last_100:.1f}"
     assert quoted.runs("x", "eval", ".2f", last=" and ") == "{x/1/eval:.2f}, {x/2/eval:.2f} and {x/3/eval:.2f}"

@@ -332,7 +332,7 @@ def ablation_table(
     """A study: per setting its returns per env, the paper's normalized score, then its intervals (see intervals)."""
     scores = normalized_scores(found, variants, random)
     envs = " | ".join(e.removesuffix("-v4") for e in grid.SMALL_ENVS)
-    head = f"| setting | {envs} | normalized score | runs |" + (" PPO paper |" if paper else "")
+    head = f"| setting | {envs} | normalized score (1: the best here) | runs |" + (" PPO paper |" if paper else "")
     head += " IQM [95% CI] | P(better than the defaults) [95% CI] | verdict |"
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for v in variants:

@@ -131,12 +131,12 @@ def test_a_committed_record_brings_the_pages_up_to_date_in_a_commit_of_their_own
     git("config", "user.email", "grid@example.com"), git("config", "user.name", "grid")
     record = clone / "benchmarks" / "records" / "HalfCheetah-v4__mujoco-default__1.json"
     data = json.loads(record.read_text())
-    record.write_text(json.dumps(data | {"last_10": data["last_10"] + 300.0}))  # a run that landed higher
+    record.write_text(json.dumps(data | {"last_100": data["last_100"] + 300.0}))  # a run that landed higher
     git("commit", "-q", "-m", "records: HalfCheetah", "--", str(record))
     (clone / "notes.txt").write_text("the user's work, staged")
     git("add", "notes.txt")
     assert grid.commit_pages("HalfCheetah-v4__mujoco-default__1", str(clone)) == "pages rewritten and committed"
-    assert "| HalfCheetah-v4 | 3 | 5563 +- " in (clone / "README.md").read_text()
+    assert "| HalfCheetah-v4 | 3 | 5688 +- " in (clone / "README.md").read_text()  # 5587.5 + 300 / 3
     changed = git("show", "--name-only", "--format=%s", "HEAD").stdout.split()
     assert changed[0] == "pages:" and "README.md" in changed and "docs/results.md" in changed
     assert git("status", "--porcelain").stdout == "A  notes.txt\n"  # the user's staged file: staged, not committed

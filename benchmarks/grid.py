@@ -202,13 +202,30 @@ def record_path(run: Run, records_dir: str = RECORDS_DIR) -> str:
     return os.path.join(records_dir, f"{run.label}.json")
 
 
+class RecordMismatch(ValueError):
+    """A record made with other settings than its run's: its figures would pass for the new setting's."""
+
+
 def read_record(run: Run, records_dir: str = RECORDS_DIR) -> dict | None:
-    """The committed record of a finished run of a named grid, or None."""
+    """The committed record of a finished run of a named grid, or None. A record made by another setting than the
+    grid now gives the run (its flags changed since) is refused: RecordMismatch."""
     path = record_path(run, records_dir)
     if run.grid not in GRIDS or not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        record = json.load(f)
+    wanted = {
+        "grid": run.grid,
+        "variant": run.variant,
+        "env_id": run.env_id,
+        "seed": run.seed,
+        "flags": list(run.flags),
+    }
+    if any(record[key] != value for key, value in wanted.items() if key in record):  # what the record says it ran
+        made = ", ".join(f"{k} {record[k]}" for k in wanted if k in record and record[k] != wanted[k])
+        now = ", ".join(f"{k} {wanted[k]}" for k in wanted if k in record and record[k] != wanted[k])
+        raise RecordMismatch(f"{path} was made with {made}; the grid now runs {now}: run it again (remove the record)")
+    return record
 
 
 def make_record(run: Run, folder: str) -> dict:
@@ -502,4 +519,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RecordMismatch as e:  # one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -818,4 +818,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except grid.RecordMismatch as e:  # one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

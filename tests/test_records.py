@@ -526,3 +526,30 @@ def test_a_tuned_setting_stands_beside_the_defaults_runs_with_the_probability_of
     three = found | {("study", "Swimmer-v4"): found[("study", "Swimmer-v4")][:3]}
     lines = tables.tuned_lines({"tuned": three, "mujoco": defaults}, {"Swimmer-v4": 0.0})
     assert lines[0].endswith("(too few runs)")  # 3 runs against 4 on one env: no ordering excludes chance
+
+
+def test_a_record_made_with_other_flags_than_its_grid_now_gives_is_refused_in_one_line(tmp_path):
+    """A grid's flags changed since a run was recorded (a new tuned setting): its old figures must not pass for it."""
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text("{}")
+    run = next(r for r in grid.grid_runs("tuned") if r.flags)  # the tuned setting: flags of its own
+    record = {
+        "grid": run.grid,
+        "variant": run.variant,
+        "env_id": run.env_id,
+        "seed": run.seed,
+        "flags": list(run.flags),
+    }
+    path = Path(grid.record_path(run, str(records)))
+    path.write_text(json.dumps(record | {"steps": 1000, "last_10": 1.0, "last_100": 1.0, "eval": None, "curve": None}))
+    assert grid.read_record(run, str(records))["flags"] == list(run.flags)  # its own setting: read
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"flags": ["--gamma", "0.9"]}))  # another setting's
+    with pytest.raises(
+        grid.RecordMismatch,
+        match=r"was made with flags \['--gamma', '0.9'\]; the grid now runs flags \['--learning-rate'",
+    ):
+        grid.read_record(run, str(records))
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr

@@ -221,9 +221,9 @@ def read_record(run: Run, records_dir: str = RECORDS_DIR) -> dict | None:
         "seed": run.seed,
         "flags": list(run.flags),
     }
-    if any(record[key] != value for key, value in wanted.items() if key in record):  # what the record says it ran
-        made = ", ".join(f"{k} {record[k]}" for k in wanted if k in record and record[k] != wanted[k])
-        now = ", ".join(f"{k} {wanted[k]}" for k in wanted if k in record and record[k] != wanted[k])
+    differ = [k for k in wanted if k in record and record[k] != wanted[k]]  # what the record says it ran, and now
+    if differ:
+        made, now = (", ".join(f"{k} {source[k]}" for k in differ) for source in (record, wanted))
         raise RecordMismatch(f"{path} was made with {made}; the grid now runs {now}: run it again (remove the record)")
     return record
 

@@ -149,6 +149,11 @@ class Run:
         return "ppo_atari.py" if "NoFrameskip" in (self.env_id or "") else "ppo_continuous.py"
 
     @property
+    def patch(self) -> str | None:
+        """Python run before the script's main for a variant that is no flag (VARIANT_PATCHES), else None."""
+        return VARIANT_PATCHES.get(self.variant) if self.grid in GRIDS else None
+
+    @property
     def exp_name(self) -> str:
         return f"{self.grid}-{self.variant}"
 
@@ -187,13 +192,12 @@ class Run:
             if self.grid in GRIDS and self.script == "ppo_continuous.py":
                 args.append("--no-cuda")  # its 64-64 MLPs run faster on one CPU thread than through a GPU
         path = os.path.join(ROOT, self.script)
-        patch = VARIANT_PATCHES.get(self.variant) if self.grid in GRIDS else None
-        if patch is None:
+        if self.patch is None:
             return [sys.executable, path, *args]
         code = (  # the script loaded from its file as module m, patched, then its main as `python script` runs it
             f"import importlib.util, sys, tyro; spec = importlib.util.spec_from_file_location('ppo_continuous', "
             f"{path!r}); m = importlib.util.module_from_spec(spec); sys.modules['ppo_continuous'] = m; "
-            f"spec.loader.exec_module(m); {patch}; m.main(tyro.cli(m.Args))"
+            f"spec.loader.exec_module(m); {self.patch}; m.main(tyro.cli(m.Args))"
         )
         return [sys.executable, "-c", code, *args]
 
@@ -220,10 +224,12 @@ def read_record(run: Run, records_dir: str = RECORDS_DIR) -> dict | None:
         "env_id": run.env_id,
         "seed": run.seed,
         "flags": list(run.flags),
+        "patch": run.patch,
     }
-    differ = [k for k in wanted if k in record and record[k] != wanted[k]]  # what the record says it ran, and now
+    # what the record says it ran, and now; a record without "patch" was made before records held it: no patch
+    differ = [k for k in wanted if (k in record or k == "patch") and record.get(k) != wanted[k]]
     if differ:
-        made, now = (", ".join(f"{k} {source[k]}" for k in differ) for source in (record, wanted))
+        made, now = (", ".join(f"{k} {source.get(k)}" for k in differ) for source in (record, wanted))
         raise RecordMismatch(f"{path} was made with {made}; the grid now runs {now}: run it again (remove the record)")
     return record
 
@@ -251,6 +257,8 @@ def make_record(run: Run, folder: str) -> dict:
         "seed": run.seed,
         "script": run.script,
         "flags": list(run.flags),
+        "patch": run.patch,
+        "commit": code_version(run.script),  # the code the run finished with (a resumed run may have begun earlier)
         "steps": summary.get("global_step"),
         "last_10": summary.get("mean_return_last_10"),
         "last_100": float(np.mean(returns[-LAST_EPISODES:])) if len(returns) else None,
@@ -265,6 +273,16 @@ def make_record(run: Run, folder: str) -> dict:
         "curve": [[round(float(s.mean())), round(float(r.mean()), 2)] for s, r in slices if len(s)],
         "source": f"run folder {os.path.basename(folder)}",
     }
+
+
+def code_version(script: str) -> str | None:
+    """The checkout's commit, with "+changes" when the script or grid.py differ from it; None outside git."""
+    git = ["git", "-C", ROOT]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return None
+    changed = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", script, "benchmarks/grid.py"]).returncode
+    return head.stdout.strip() + ("+changes" if changed else "")
 
 
 def train_time(folder: str) -> float:

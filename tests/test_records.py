@@ -507,6 +507,23 @@ def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_ov
     assert record["mean_all"] == np.mean(returns) and record["last_100"] == np.mean(returns[-100:])
     real = grid.train_time(str(folder)) - 70.0  # the fake run's own event file spans its writing, a moment
     assert 0.0 <= real < 60.0 and record["train_time_s"] == pytest.approx(70.0 + real, abs=0.1)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    assert record["commit"].split("+")[0] == head.stdout.strip() and record["patch"] is None  # the code that ran it
+
+
+def test_a_records_commit_says_when_the_script_differed_from_it(tmp_path, monkeypatch):
+    """A run made with uncommitted code names its commit with "+changes": its figures are not that commit's."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    monkeypatch.setattr(grid, "ROOT", str(clone))
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    assert grid.code_version("ppo_atari.py") == head.stdout.strip()
+    with open(clone / "ppo_atari.py", "a") as f:
+        f.write("\n# a change\n")
+    assert grid.code_version("ppo_atari.py") == head.stdout.strip() + "+changes"
+    assert grid.code_version("ppo_continuous.py") == head.stdout.strip()  # another script's change is not this run's
+    monkeypatch.setattr(grid, "ROOT", str(tmp_path / "not-a-checkout"))
+    assert grid.code_version("ppo_atari.py") is None
 
 
 def test_a_tuned_setting_stands_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path, monkeypatch):
@@ -553,3 +570,21 @@ def test_a_record_made_with_other_flags_than_its_grid_now_gives_is_refused_in_on
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 2 and out.stderr.startswith("error: ") and len(out.stderr.splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_record_made_with_another_patch_than_its_variant_now_has_is_refused(tmp_path):
+    """Variants that are no flag (init-std-1.0: a patched constant) record their patch: flags [] cannot tell them."""
+    run = next(r for r in grid.grid_runs("details") if r.variant == "init-std-1.0")
+    record = {"grid": run.grid, "variant": run.variant, "env_id": run.env_id, "seed": run.seed, "flags": []}
+    path = Path(grid.record_path(run, str(tmp_path)))
+    for patch, refused in (("m.INIT_STD = 1.0", False), ("m.INIT_STD = 2.0", True), (None, True)):
+        path.write_text(json.dumps(record | ({"patch": patch} if patch else {})))  # None: a record without one
+        if not refused:
+            assert grid.read_record(run, str(tmp_path))["patch"] == patch == run.patch
+            continue
+        with pytest.raises(grid.RecordMismatch, match=rf"made with patch {patch}; the grid now runs patch m.INIT"):
+            grid.read_record(run, str(tmp_path))
+    plain = next(r for r in grid.grid_runs("details") if r.variant == "clip-vloss")
+    path = Path(grid.record_path(plain, str(tmp_path)))
+    path.write_text(json.dumps(record | {"variant": plain.variant, "flags": list(plain.flags)}))
+    assert grid.read_record(plain, str(tmp_path))["variant"] == "clip-vloss"  # no patch, none recorded: read

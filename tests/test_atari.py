@@ -76,6 +76,23 @@ def test_life_loss_ends_the_learning_episode_but_not_the_game():
     assert game.resets == 2 and game.ale.lives() == 3
 
 
+class BonusLife(FakeGame):
+    """A game that awards a life at step 2, as MsPacman and Q*bert do at a score."""
+
+    def step(self, action):
+        result = super().step(action)
+        self.ale.lives_left += self.t == 2
+        return result
+
+
+def test_a_life_won_ends_no_episode_and_the_next_life_lost_does():
+    game = BonusLife()
+    env = A.EpisodicLife(game)
+    env.reset(seed=0)
+    terminated = [env.step(2)[2] for _ in range(4)]
+    assert terminated == [False, False, False, True] and game.ale.lives() == 3  # 3, won at step 2: 4, lost at 4
+
+
 class LastLifeLingers(FakeGame):
     """The lives counter reads 0 for a step before the game says it is over (baselines names Qbert): over at t=13."""
 

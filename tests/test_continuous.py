@@ -469,3 +469,19 @@ def test_a_short_run_learns_to_balance_the_inverted_pendulum(tmp_path, monkeypat
     summary = C.main(args)
     assert summary["eval_mean_return"] >= 500, summary
     assert summary["mean_return_last_10"] >= 300, summary
+
+
+def test_the_defaults_are_the_mujoco_settings_of_the_ppo_paper_and_cleanrl():
+    """The paper's MuJoCo hyperparameters (T 2048, Adam 3e-4, K 10 epochs, minibatch 64, gamma 0.99, lambda 0.95,
+    clip 0.2, one actor, 1M steps) and CleanRL's details beside them (no entropy bonus, the rate annealed, the
+    gradient norm clipped to 0.5, Adam's epsilon 1e-5); test_atari.py pins the Atari script's."""
+    args = C.Args()
+    expected = dict(
+        env_id="HalfCheetah-v4", total_timesteps=1_000_000, learning_rate=3e-4, num_envs=1, num_steps=2048,
+        num_minibatches=32, update_epochs=10, clip_coef=0.2, ent_coef=0.0, anneal_lr=True, gamma=0.99,
+        gae_lambda=0.95, norm_adv=True, objective="clip", clip_vloss=False, vf_coef=0.5, max_grad_norm=0.5,
+        anneal_clip=False, target_kl=None, bootstrap_truncation=True, seed=1, eval_stochastic=False,
+    )  # fmt: skip
+    assert {name: getattr(args, name) for name in expected} == expected
+    assert (args.batch_size, args.minibatch_size, args.num_iterations) == (2048, 64, 1_000_000 // 2048)
+    assert C.ADAM_EPS == 1e-5  # the optimizer takes it (test_wiring.py)

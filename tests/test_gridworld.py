@@ -643,6 +643,12 @@ def test_grade_measures_the_critic_against_v_pi_and_the_return_from_the_start():
     assert graded["optimal_return"] == pytest.approx(V_star[G.START])
     agent.logits = 50.0 * (Q_star == Q_star.max(1, keepdims=True))  # greedy in Q*: optimal everywhere
     assert G.grade(agent, P, R, 0.9, V_star, Q_star)["greedy_optimal_fraction_all_cells"] == 1.0
+    # an action within Q_TIE of the best is optimal (ties that differ by rounding), one 1e-3 below is not
+    greedy, cells = agent.logits.argmax(1), np.arange(G.NUM_STATES)
+    near = Q_star.copy()
+    for delta, fraction in ((1e-9, 1.0), (1e-3, 0.0)):
+        near[cells, (greedy + 1) % G.NUM_ACTIONS] = Q_star[cells, greedy] + delta  # another action, delta better
+        assert G.grade(agent, P, R, 0.9, V_star, near)["greedy_optimal_fraction_all_cells"] == fraction, delta
 
 
 def test_greedy_optimal_fraction_counts_the_visited_cells_that_are_not_terminal():

@@ -228,6 +228,19 @@ def test_advantage_normalization_removes_scale_and_shift(monkeypatch):
     assert not torch.allclose(results[False, 1.0], results[False, 3.0], atol=1e-3)
 
 
+def test_advantage_normalization_brings_nearly_equal_advantages_to_unit_scale(monkeypatch):
+    """ADV_EPS only keeps a zero std finite: advantages spread by 1e-6 (a sparse reward's nearly equal ones) come
+    out with std about 1, not shrunk toward 0 by an epsilon near their spread."""
+    agent = make_agent()
+    buf, advantages, returns = make_rollout(agent)
+    calls = spy(monkeypatch, C, "policy_loss")
+    args = args_for()
+    optimizer = torch.optim.SGD(agent.parameters(), lr=0.05)
+    C.update(agent, optimizer, buf, 1e-6 * advantages / advantages.std() + 3e-6, returns, args, 1.0, 0.2)
+    stds = [float(call[0][1].std()) for call in calls]  # policy_loss(ratio, mb_advantages, ...)
+    assert len(stds) == args.update_epochs * args.num_minibatches and all(0.95 < s < 1.05 for s in stds), stds
+
+
 def test_gradient_norm_is_clipped_to_max_grad_norm_and_logged_before_clipping():
     agent = make_agent()
     before = torch.cat([p.detach().flatten() for p in agent.parameters()])

@@ -394,6 +394,10 @@ def test_grid_runs_one_config_over_seeds_in_parallel_and_prints_each_seeds_retur
         sps = float(line.split(", ")[1].removesuffix(" SPS"))
         assert sps > 0 and "Pendulum-v1__seeds-ppo_continuous-" in line
     assert "over 2 seeds" in proc.stdout and "median SPS" in proc.stdout
+    summary = next(x for x in proc.stdout.splitlines() if x.startswith("final return "))  # mean +- std of the seeds
+    mean, std = (float(x) for x in summary.split()[2:5:2])
+    finals = [float(x) for x in summary.split("per seed: ")[1].split(")")[0].split(", ")]
+    assert (mean, std) == pytest.approx((np.mean(finals), np.std(finals)), abs=0.06), summary  # the spread, ddof 0
     assert len(list((tmp_path / "runs").iterdir())) == 2 and len(list((tmp_path / "logs").iterdir())) == 2
     again = run_tool("grid.py", "run", "--seeds", "1", "2", "--", *flags, cwd=tmp_path, env=env)
     assert "2 of 2 done; 0 to go" in again.stdout and "over 2 seeds" in again.stdout  # found again, not rerun

@@ -182,6 +182,7 @@ def test_kl_k3_is_never_negative():
 
 def test_explained_variance_of_a_perfect_prediction_is_one():
     assert C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])) == pytest.approx(1.0)
+    assert np.isnan(C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.ones(3)))  # constant returns: undefined
 
 
 def test_linear_schedule_starts_at_the_full_value_and_trains_the_last_batch_at_its_share_of_the_budget():

@@ -76,16 +76,17 @@ def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
         assert torch.allclose(got["grad"], net.weight.grad, rtol=1e-5)
 
 
-def test_merged_normalization_is_one_running_mean_std_over_every_rank_s_observations(tmp_path):
-    proc = torchrun(2, WORKER, "merge", str(tmp_path), cwd=tmp_path)
+@pytest.mark.parametrize("nproc", [2, 3])  # with 3, a prior counted once per other rank shows (with 2 it cannot)
+def test_merged_normalization_is_one_running_mean_std_over_every_rank_s_observations(tmp_path, nproc):
+    proc = torchrun(nproc, WORKER, "merge", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     obs_rms, return_rms = C.RunningMeanStd((3,)), C.RunningMeanStd(())
-    obs_rms.update(torch.arange(12.0).view(4, 3).double().numpy())  # the same prior, then both ranks' data
-    for rank in (0, 1):
+    obs_rms.update(torch.arange(12.0).view(4, 3).double().numpy())  # the same prior, then every rank's data
+    for rank in range(nproc):
         obs, returns = merge_data(rank)
         obs_rms.update(obs)
         return_rms.update(returns)
-    for rank in (0, 1):
+    for rank in range(nproc):
         got = torch.load(tmp_path / f"merge{rank}.pt", weights_only=True)
         for name, rms in (("obs_rms", obs_rms), ("return_rms", return_rms)):
             assert got[f"{name}.count"].item() == pytest.approx(rms.count)  # the prior counted once

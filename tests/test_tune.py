@@ -263,12 +263,14 @@ def test_reports_average_the_seeds_and_wait_for_the_slowest_and_a_run_ended_betw
     logs = {  # per seed: its progress, the steps its episodes ended at, their returns
         "folder-1": (1000, np.array([50, 150, 250, 450]), np.array([1.0, 2.0, 3.0, 4.0])),
         "folder-2": (450, np.array([60, 160, 260]), np.array([10.0, 20.0, 30.0])),
+        "folder-3": (1000, np.array([70]), np.array([-99.0])),  # far below the others: a mean, not a median
     }
     monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
     trial = optuna.create_study().ask()
-    run = FakeRun(fake_study())
+    run = FakeRun(fake_study(seeds=[1, 2, 3]))
     assert tune.report_due(run, trial, 0, prune=False) == 4  # seed 2 has passed 400, not 500
-    expected = {100: (1.0 + 10.0) / 2, 200: (1.5 + 15.0) / 2, 300: (2.5 + 25.0) / 2, 400: (2.5 + 25.0) / 2}
+    expected = {100: 11.0 - 99.0, 200: 16.5 - 99.0, 300: 27.5 - 99.0, 400: 27.5 - 99.0}
+    expected = {step: total / 3 for step, total in expected.items()}
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == pytest.approx(expected)
     # through the objective: a run that ended before the first look still reports every value
     logs["folder-2"] = (1000, *logs["folder-2"][1:])
@@ -283,11 +285,12 @@ def test_the_objective_is_the_mean_over_seeds_of_the_last_episodes_asked_for(mon
     logs = {
         "folder-1": (1000, np.arange(1, 9) * 100, np.arange(1.0, 9.0)),
         "folder-2": (1000, np.array([999]), np.array([7.0])),
+        "folder-3": (1000, np.array([999]), np.array([-50.0])),  # far below the others: a mean, not a median
     }
     monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
     run = tune.Trial.__new__(tune.Trial)
-    run.study, run.folder, run.read = fake_study(last_episodes=3), lambda seed: f"folder-{seed}", {}
-    assert run.final() == pytest.approx(((6.0 + 7.0 + 8.0) / 3 + 7.0) / 2)
+    run.study, run.folder, run.read = fake_study(last_episodes=3, seeds=[1, 2, 3]), lambda seed: f"folder-{seed}", {}
+    assert run.final() == pytest.approx(((6.0 + 7.0 + 8.0) / 3 + 7.0 - 50.0) / 3)
 
 
 def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tmp_path, monkeypatch):

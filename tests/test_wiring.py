@@ -82,8 +82,11 @@ def test_gae_gets_each_rollout_and_the_runs_settings_and_the_update_gets_gae_and
     tmp_path, monkeypatch, overrides
 ):
     wire = Wire(monkeypatch)
+    gathered = spy(monkeypatch, C, "gather_iteration")
     _, args = run_main(tmp_path, monkeypatch, **overrides)
     assert len(wire.rollouts) == len(wire.updates) == args.num_iterations == 3
+    # the metrics weigh each process by its real transitions (torchrun's ranks drop different numbers)
+    assert [call[0][1] for call in gathered] == [int(r["buf"]["real"].sum()) for r in wire.rollouts] == [400, 398, 398]
     for i, (rollout, update) in enumerate(zip(wire.rollouts, wire.updates)):
         buf = rollout["buf"]
         # the rollout's own tensors, the critic's value of the observation after its last step

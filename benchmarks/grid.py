@@ -276,12 +276,16 @@ def make_record(run: Run, folder: str) -> dict:
 
 
 def code_version(script: str) -> str | None:
-    """The checkout's commit, with "+changes" when the script or grid.py differ from it; None outside git."""
+    """The checkout's commit, with "+changes" when the script or grid.py differ from it; None outside git (or
+    without git: a finished run's record is written all the same)."""
     git = ["git", "-C", ROOT]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        changed = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", script, "benchmarks/grid.py"]).returncode
+    except OSError:
+        return None
     if head.returncode != 0:
         return None
-    changed = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", script, "benchmarks/grid.py"]).returncode
     return head.stdout.strip() + ("+changes" if changed else "")
 
 

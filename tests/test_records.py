@@ -524,6 +524,8 @@ def test_a_records_commit_says_when_the_script_differed_from_it(tmp_path, monkey
     assert grid.code_version("ppo_continuous.py") == head.stdout.strip()  # another script's change is not this run's
     monkeypatch.setattr(grid, "ROOT", str(tmp_path / "not-a-checkout"))
     assert grid.code_version("ppo_atari.py") is None
+    monkeypatch.setattr(grid.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError("git")))
+    assert grid.code_version("ppo_atari.py") is None  # no git on the machine: the record is still written
 
 
 def test_a_tuned_setting_stands_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path, monkeypatch):

@@ -605,6 +605,8 @@ def test_first_difference_names_the_first_tag_and_step_where_two_runs_differ():
     assert same_numbers.first_difference(a, changed) == "losses/x at step 2: nan against 0.25 (step 2)"
     assert "at step 1" in same_numbers.first_difference(a, a | {"losses/y": [(1, 1.0 + 1e-9)]})  # one bit off
     assert "values against" in same_numbers.first_difference(a, a | {"losses/y": []})
+    shifted = a | {"losses/y": [(2, 1.0)]}  # the same value logged at another step: another run
+    assert same_numbers.first_difference(a, shifted) == "losses/y at step 1: 1.0 against 1.0 (step 2)"
     assert "tags differ" in same_numbers.first_difference(a, {"losses/x": a["losses/x"]})
 
 

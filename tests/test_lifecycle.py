@@ -477,6 +477,9 @@ def test_evaluation_scores_what_training_scored_and_eval_checkpoint_scores_it_ag
     run_dir = only_run(tmp_path)
     train = [v for _, v in scalars(run_dir)["charts/episodic_return"]][-10:]
     evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert len(evaluation["returns"]) == evaluation["episodes"] == 10
+    assert evaluation["mean_return"] == pytest.approx(np.mean(evaluation["returns"]))
+    assert evaluation["std_return"] == pytest.approx(np.std(evaluation["returns"]))  # population std, as the tables
     noise = np.sqrt((np.var(train) + evaluation["std_return"] ** 2) / 10)
     assert abs(evaluation["mean_return"] - np.mean(train)) < 4 * noise
     again = run_script(

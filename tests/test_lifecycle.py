@@ -326,8 +326,8 @@ def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(train
 def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with_its_closing_evaluation(
     tmp_path, script, flags, sig, code
 ):
-    proc = start(tmp_path, script, flags + ["--save-every", "1"])
-    wait_for_checkpoint(proc, tmp_path)
+    proc = start(tmp_path, script, flags + ["--save-every", "3"])
+    wait_for_checkpoint(proc, tmp_path)  # iteration 3's: the stop comes at a later iteration, most often not a 3rd
     proc.send_signal(sig)
     proc.wait(timeout=HANG_TIMEOUT)
     assert proc.returncode == code
@@ -338,6 +338,7 @@ def test_a_signal_saves_the_run_and_resume_finishes_it_once_on_one_schedule_with
     stopped_at = ckpt["progress"]["global_step"]
     total = int(flags[flags.index("--total-timesteps") + 1])
     assert 0 < stopped_at < total
+    assert scalars(run_dir)["charts/learning_rate"][-1][0] == stopped_at  # the stop saved its own last iteration
     assert not (run_dir / "summary.json").exists()
 
     hint = next(line for line in err.splitlines() if "resume with:" in line).split("resume with: ")[1].split()

@@ -402,6 +402,7 @@ def test_a_signal_to_the_process_group_stops_a_run_with_async_envs_saved_and_its
 def test_sigint_and_sigterm_each_ask_for_a_stop_after_the_iteration(script, sig):
     signal.signal(sig, lambda *_: None)  # should the script leave sig alone, it must not end pytest
     interrupts = script.Interrupts()
+    assert signal.getsignal(sig) == interrupts.handle  # installed: a script that leaves sig alone fails here, at once
     os.kill(os.getpid(), sig)
     wait_until(lambda: interrupts.signum, "the handler's run")  # at the interpreter's next check
     assert interrupts.signum == sig

@@ -25,8 +25,9 @@ checkpoint, summary.json, eval.json), its console output in evidence/logs/.
            and --seed; about 10 core-hours a run, so keep its --dir outside the work tree and resume it each session
   table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
            kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
-  table1-1m  the same at the paper's budget: 1M steps, the learning rate annealed over them; its clip 0.2
-           row is the mujoco grid's runs of those envs (the defaults)
+  table1-1m  Table 1 at the paper's scale: its eleven settings (none; clip 0.1/0.2/0.3; kl-adaptive d_targ
+           0.003/0.01/0.03; kl-fixed beta 0.3/1/3/10) on its seven tasks, seeds 1-3, 1M steps, the learning rate
+           annealed over them; its clip 0.2 row is the mujoco grid's runs (the defaults)
   flags    learning under --compile (table1's clip 0.2 setting: 3 envs, 3 seeds, 300k steps) and --bf16
            (Breakout, seeds 1 and 3, 1M steps), against the defaults' runs
   tuned    the best setting of benchmarks/tune.py's study of each env in TUNED_FLAGS (Swimmer-v4: 300k-step trials),
@@ -79,7 +80,7 @@ PAPER_ENVS = (
 )
 MUJOCO_ENVS = (*PAPER_ENVS, "Ant-v4", "Humanoid-v4")
 ATARI_ENVS = ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4", "BeamRiderNoFrameskip-v4")
-SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1, table1-1m and details
+SMALL_ENVS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")  # table1, details and flags
 SMALL_STEPS = 300_000
 STUDY_SEEDS = (1, 2, 3)  # table1 and details
 RECORDS_DIR = os.path.join(ROOT, "benchmarks", "records")  # committed: one record per finished run of a named grid
@@ -98,6 +99,21 @@ TABLE1_VARIANTS = {
     "kl-adaptive": ["--objective", "kl-adaptive", "--kl-target", "0.01", "--kl-beta", "1.0"],
     "kl-fixed": ["--objective", "kl-fixed", "--kl-beta", "1.0"],
     "none": ["--objective", "none"],
+}
+# table1-1m: the paper's eleven settings in its order (Table 1), on its seven tasks. The two middle KL settings keep
+# table1's names (their records were made so); the adaptive penalty starts at beta 1, halves and doubles as the paper's
+TABLE1_1M_VARIANTS = {
+    "none": TABLE1_VARIANTS["none"],
+    "clip-0.1": TABLE1_VARIANTS["clip-0.1"],
+    "clip-0.2": TABLE1_VARIANTS["clip-0.2"],
+    "clip-0.3": TABLE1_VARIANTS["clip-0.3"],
+    "kl-adaptive-0.003": ["--objective", "kl-adaptive", "--kl-target", "0.003", "--kl-beta", "1.0"],
+    "kl-adaptive": TABLE1_VARIANTS["kl-adaptive"],  # d_targ 0.01
+    "kl-adaptive-0.03": ["--objective", "kl-adaptive", "--kl-target", "0.03", "--kl-beta", "1.0"],
+    "kl-fixed-0.3": ["--objective", "kl-fixed", "--kl-beta", "0.3"],
+    "kl-fixed": TABLE1_VARIANTS["kl-fixed"],  # beta 1
+    "kl-fixed-3": ["--objective", "kl-fixed", "--kl-beta", "3.0"],
+    "kl-fixed-10": ["--objective", "kl-fixed", "--kl-beta", "10.0"],
 }
 # table1-1m's clip 0.2 row is the mujoco grid's defaults (clip 0.2 is the default): same_numbers.py printed "same"
 # for this code against the commits those runs were made at (f306204, 48ed5b7), so they are not run twice
@@ -369,12 +385,12 @@ def grid_runs(name: str) -> list[Run]:
         compiled = [Run(name, "compile", e, s, SMALL_STEPS, ("--compile",)) for s in STUDY_SEEDS for e in SMALL_ENVS]
         bf16 = [Run(name, "bf16", FLAGS_GAME, s, FULL_STEPS, ("--bf16",)) for s in FLAGS_GAME_SEEDS]
         return sorted(compiled + bf16, key=lambda r: r.seed)
-    variants = {"table1": TABLE1_VARIANTS, "table1-1m": TABLE1_VARIANTS, "details": DETAILS_VARIANTS}[name]
+    variants = {"table1": TABLE1_VARIANTS, "table1-1m": TABLE1_1M_VARIANTS, "details": DETAILS_VARIANTS}[name]
     steps = FULL_STEPS if name == "table1-1m" else SMALL_STEPS
     return [
         Run(name, v, e, s, steps, tuple(flags))
         for s in STUDY_SEEDS
-        for e in SMALL_ENVS
+        for e in (PAPER_ENVS if name == "table1-1m" else SMALL_ENVS)
         for v, flags in variants.items()
         if not (name == "table1-1m" and v == TABLE1_1M_FROM_MUJOCO)
     ]

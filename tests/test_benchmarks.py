@@ -74,12 +74,19 @@ def test_named_grids_are_the_protocols_seed_major():
     paper = ["HalfCheetah", "Hopper", "InvertedDoublePendulum", "InvertedPendulum", "Reacher", "Swimmer", "Walker2d"]
     assert grid.PAPER_ENVS == tuple(f"{name}-v4" for name in paper)  # the PPO paper's seven MuJoCo tasks, v4
     assert grid.MUJOCO_ENVS == (*grid.PAPER_ENVS, "Ant-v4", "Humanoid-v4")
-    table1_1m = grid.grid_runs("table1-1m")  # the paper's budget; its clip 0.2 row is the mujoco grid's
-    assert len(table1_1m) == 5 * 3 * 3 and {r.steps for r in table1_1m} == {1_000_000}
+    table1_1m = grid.grid_runs("table1-1m")  # the paper's scale; its clip 0.2 row is the mujoco grid's
+    assert len(table1_1m) == 10 * 7 * 3 and {r.steps for r in table1_1m} == {1_000_000}
+    assert {r.env_id for r in table1_1m} == set(grid.PAPER_ENVS)
     assert "clip-0.2" not in {r.variant for r in table1_1m} and grid.TABLE1_1M_FROM_MUJOCO == "clip-0.2"
-    assert {(r.variant, r.flags) for r in table1_1m} == {(r.variant, r.flags) for r in table1} - {
-        ("clip-0.2", ("--clip-coef", "0.2"))
+    # table1's settings keep their names and flags (their records at 1M were made so), then the paper's other five
+    assert {(r.variant, r.flags) for r in table1} - {("clip-0.2", ("--clip-coef", "0.2"))} < {
+        (r.variant, r.flags) for r in table1_1m
     }
+    settings = {r.variant: " ".join(r.flags) for r in table1_1m}
+    assert settings["kl-adaptive-0.003"] == "--objective kl-adaptive --kl-target 0.003 --kl-beta 1.0"
+    assert settings["kl-adaptive-0.03"] == "--objective kl-adaptive --kl-target 0.03 --kl-beta 1.0"
+    for beta in ("0.3", "3", "10"):
+        assert settings[f"kl-fixed-{beta}"] == f"--objective kl-fixed --kl-beta {float(beta)}"
     assert [r.seed for r in table1_1m] == sorted(r.seed for r in table1_1m)
     assert "--total-timesteps 1000000" in " ".join(table1_1m[0].command("/nowhere"))
     flags = grid.grid_runs("flags")  # learning under --compile and --bf16, beside the defaults' runs

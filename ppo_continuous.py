@@ -6,10 +6,9 @@
     python ppo_continuous.py --compile                        # the update's minibatch step compiled: faster
     tensorboard --logdir runs
 
-Two parts, in the same order in every script of this repository (diff them to see what differs). Part I, PPO,
-every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algorithm (pure functions) 5. Rollout
-6. Update 7. Training loop. Part II, running it, changes no number that Part I computes under plain python:
-8. Processes 9. Checkpoints and resume 10. Evaluation 11. Signals, checks and logs.
+Part I, PPO, every line that changes what is learned: 1. Args 2. Environment 3. Agent 4. Algorithm (pure functions)
+5. Rollout 6. Update 7. Training loop. Part II, running it, changes no number Part I computes under plain python:
+8. Processes 9. Checkpoints and resume 10. Evaluation 11. Signals, checks and logs. The same in every script.
 """
 
 import atexit
@@ -488,6 +487,20 @@ ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are e
 MIN_MINIBATCH = 4  # samples, checked by check_args: a std needs 2, and dropped autoreset steps can halve a minibatch
 
 
+def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tensor]]:
+    """Per minibatch, the mean and sample std of x (the advantages) that normalization uses; under torchrun, of the
+    minibatch made of every process's share (counts, sums, then centred squares summed by all_sum, in float64)."""
+    if not dist.is_initialized():
+        return [(x[mb].mean(), x[mb].std()) for mb in slices]
+    x64 = x.double()
+    n, total = all_sum(
+        torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
+    ).T
+    mean = total / n  # (M,)
+    squares = all_sum(torch.stack([(x64[mb] - m).square().sum() for mb, m in zip(slices, mean)]))
+    return [(m.to(x.dtype), s.to(x.dtype)) for m, s in zip(mean, (squares / (n - 1)).sqrt())]
+
+
 def minibatch_loss(
     agent: Agent, minibatch: list[Tensor], adv_moments: tuple[Tensor, Tensor] | None, args: Args, kl_beta: float,
     clip_coef: float) -> tuple[Tensor, Tensor, Tensor] | None:  # fmt: skip
@@ -500,7 +513,7 @@ def minibatch_loss(
     kl = kl_k3(logratio)
     if args.target_kl is not None and global_mean(kl).item() > args.target_kl:
         return None
-    if args.norm_adv:  # advantages to mean 0, std 1 within each minibatch (its moments: from minibatch_moments)
+    if args.norm_adv:  # advantages to mean 0, std 1 within each minibatch (moments: minibatch_moments, above)
         mb_advantages = (mb_advantages - adv_moments[0]) / (adv_moments[1] + ADV_EPS)
     pg_loss = policy_loss(ratio, mb_advantages, args.objective, clip_coef, kl, kl_beta)
     v_loss = value_loss(newvalue, mb_values, mb_returns, clip_coef if args.clip_vloss else None)
@@ -697,19 +710,6 @@ def global_var(x: Tensor) -> Tensor:
         return x.var()
     n, total = all_sum(torch.stack([x.new_tensor(x.numel(), dtype=torch.float64), x.double().sum()]))
     return all_sum((x.double() - total / n).square().sum()) / (n - 1)
-
-
-def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tensor]]:
-    """Mean and std of x per minibatch (of every process's share under torchrun): centred squares in float64."""
-    if not dist.is_initialized():
-        return [(x[mb].mean(), x[mb].std()) for mb in slices]
-    x64 = x.double()
-    n, total = all_sum(
-        torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
-    ).T
-    mean = total / n  # (M,)
-    squares = all_sum(torch.stack([(x64[mb] - m).square().sum() for mb, m in zip(slices, mean)]))
-    return [(m.to(x.dtype), s.to(x.dtype)) for m, s in zip(mean, (squares / (n - 1)).sqrt())]
 
 
 def average_gradients(agent: nn.Module, samples: int) -> None:

@@ -3,6 +3,7 @@
 import dataclasses
 import inspect
 import json
+import re
 import shutil
 import subprocess
 
@@ -477,6 +478,25 @@ def test_every_shared_function_is_identical_in_both_scripts():
         assert getattr(C, name) == getattr(A, name), name
     for name in ("HIDDEN_GAIN", "POLICY_HEAD_GAIN", "VALUE_HEAD_GAIN"):
         assert getattr(C, name) == getattr(A, name), name
+
+
+def test_every_detail_the_readme_points_to_is_in_part_one_of_both_scripts():
+    """The README's details table sends a learner to Part I ("Read Part I"): each name in its "where" column is
+    defined above the Part II banner, in every script that defines it (advantage moments were once in Part II)."""
+    table = (ROOT / "README.md").read_text().split("| detail | where |")[1].split("\n\n")[0]
+    names = {
+        m.split(".")[0]
+        for row in table.splitlines()[2:]
+        for m in re.findall(r"`([A-Za-z_][\w.]*)`", row.split(" | ")[-1])
+    }
+    assert {"minibatch_moments", "minibatch_loss", "compute_gae", "ADAM_EPS"} <= names
+    for script in ("ppo_continuous.py", "ppo_atari.py"):
+        source = (ROOT / script).read_text()
+        part_two = source.index("\n# Part II: Running it")  # the banner
+        for name in names:
+            found = re.search(rf"^(def|class) {name}\b|^{name} *[:=]", source, re.M)
+            if found:
+                assert found.start() < part_two, f"{script}: {name} is defined in Part II"
 
 
 def test_both_scripts_take_the_same_flags():

@@ -4,7 +4,7 @@ behind the README's results tables, or one config of a script over several seeds
     python benchmarks/grid.py run table1 details --parallel 2     # the PPO paper's Table 1, the ablations
     python benchmarks/grid.py run mujoco atari --parallel 2       # the results table: 9 MuJoCo envs, 3 games
     python benchmarks/grid.py run mujoco table1-1m --parallel 2 --commit   # the paper's scale, each record committed
-    python benchmarks/grid.py run atari-10m --parallel 2 --commit --dir ~/ppo-grids   # Atari at 10M, across sessions
+    python benchmarks/grid.py run atari-10m --parallel 2 --commit --dir ~/ppo-grids   # Atari at 10M, over days
     python benchmarks/grid.py status                              # which runs are done, recorded, cut or missing
     python benchmarks/grid.py record                              # records of finished runs that have none
     python benchmarks/tables.py                                   # every table, from the run folders
@@ -22,7 +22,7 @@ checkpoint, summary.json, eval.json), its console output in evidence/logs/.
            Swimmer, Walker2d), Ant and Humanoid (v4), seeds 1-3, 1M steps, the defaults
   atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seeds 1-3, 1M steps (4M frames), the defaults
   atari-10m  the same games and seeds at ppo_atari.py's own budget (10M steps, 40M frames): no flag but --env-id
-           and --seed; about 10 core-hours a run, so keep its --dir outside the work tree and resume it each session
+           and --seed; about 10 core-hours a run, so keep its --dir outside the work tree; the same command resumes it
   table1   the PPO paper's Table 1 at small scale: clip 0.1/0.2/0.3, kl-adaptive (d_targ 0.01),
            kl-fixed (beta 1), none; HalfCheetah, Hopper, Walker2d (v4), seeds 1-3, 300k steps
   table1-1m  Table 1 at the paper's scale: its eleven settings (none; clip 0.1/0.2/0.3; kl-adaptive d_targ

@@ -254,8 +254,8 @@ def atari_10m_lines(found: dict) -> list[str]:
         lines.append(f"| {env_id} | {len(runs)} | {' | '.join(cells)} |")
     cpus = sorted({r.get("cpu") or "a CPU not recorded" for runs in found.values() for r in runs})
     lines.append(
-        f"\nHours of training and steps per second on {', '.join(cpus)}: the hours summed over the sessions a run "
-        "spanned, each with one or two threads beside other work (the default alone on a quiet machine is faster: "
+        f"\nHours of training and steps per second on {', '.join(cpus)}: the hours summed over every process that "
+        "trained a run (one cut and resumed has several), each with one or two threads beside other work (the default alone on a quiet machine is faster: "
         "[speed](benchmarks.md#speed))."
     )
     if max(len(runs) for runs in found.values()) < 2:
@@ -275,7 +275,9 @@ def atari_10m_summary(found: dict) -> list[str]:
     seconds = [r.get("train_time_s") or r["wall_time_s"] for r in every]
     hours, sps = pm([t / 3600 for t in seconds], 1), pm([r["steps"] / t for r, t in zip(every, seconds)])
     cpus = ", ".join(sorted({r.get("cpu") or "a CPU not recorded" for r in every}))
-    head = f"At 10M steps, {len(every)} run{'s' if len(every) > 1 else ''}, the last 100 games:"
+    low, high = min(len(runs) for _, runs in games), max(len(runs) for _, runs in games)  # seeds a game
+    seeds = f"{low} seed{'s' if low > 1 else ''}" if low == high else f"{low} to {high} seeds"
+    head = f"At 10M steps, {seeds} a game ({len(every)} run{'s' if len(every) > 1 else ''}), the last 100 games:"
     return [f"{head} {'; '.join(reached)}; {hours} hours a run ({sps} steps per second) on {cpus}.", ""]
 
 

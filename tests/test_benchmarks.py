@@ -148,6 +148,15 @@ def test_a_committed_record_brings_the_pages_up_to_date_in_a_commit_of_their_own
     assert changed[0] == "pages:" and "README.md" in changed and "docs/results.md" in changed
     assert git("status", "--porcelain").stdout == "A  notes.txt\n"  # the user's staged file: staged, not committed
     assert grid.commit_pages("again", str(clone)) == "pages unchanged"
+    head = git("rev-parse", "HEAD").stdout
+    studies = (clone / "docs" / "studies.md").read_text()
+    (clone / "docs" / "studies.md").write_text(studies + "\nA page edit the user has staged.\n")
+    git("add", "docs/studies.md")  # staged, not committed: neither swept into a pages commit nor lost
+    assert grid.commit_pages("y", str(clone)).startswith("pages not rewritten: README.md or docs/ holds uncommitted")
+    assert (
+        git("rev-parse", "HEAD").stdout == head and "A page edit the user has staged." in git("diff", "--cached").stdout
+    )
+    assert (clone / "docs" / "studies.md").read_text().endswith("A page edit the user has staged.\n")
     (clone / "docs" / "studies.md").write_text("someone's edit, not committed")
     assert grid.commit_pages("x", str(clone)).startswith("pages not rewritten: README.md or docs/ holds uncommitted")
     assert (clone / "docs" / "studies.md").read_text() == "someone's edit, not committed"

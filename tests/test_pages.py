@@ -3,6 +3,7 @@ records, is what benchmarks/tables.py computes from the committed records (table
 says which page differs). Read from the committed records: no run, seconds."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -140,3 +141,18 @@ def test_the_pages_are_checked_against_the_records_never_a_run_folder_of_this_ma
     assert "| Swimmer-v4 | 3 | 104 +- 33 |" not in printed.stdout  # printing reads the folder here
     assert "mujoco/default/Swimmer/1/last_100 = 129.6" in check("--names", *args).stdout
     assert check("--write", *args).returncode == 0 and check("--check", *args[2:]).returncode == 0
+
+
+# How the project was made is not what a reader can use: phrases that describe its makers' working arrangements (a
+# "working session", "every session", the "sessions a run spanned") rather than the runs (resumed after any stop,
+# trained by one process or several). Whole phrases, so that honest uses (a POSIX session) pass.
+MAKERS_ARRANGEMENTS = re.compile(
+    r"working (session|day)s?|(every|each|next|this|a) session\b|sessions? (a|the) run|first thing in", re.I
+)
+
+
+def test_the_pages_and_the_tools_help_speak_of_the_project_not_of_how_it_was_made():
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks").glob("*.py"))]
+    texts += sorted(ROOT.glob("ppo_*.py"))
+    found = [f"{path.name}: {m.group(0)!r}" for path in texts for m in MAKERS_ARRANGEMENTS.finditer(path.read_text())]
+    assert not found, found

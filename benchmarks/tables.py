@@ -255,8 +255,8 @@ def atari_10m_lines(found: dict) -> list[str]:
     cpus = sorted({r.get("cpu") or "a CPU not recorded" for runs in found.values() for r in runs})
     lines.append(
         f"\nHours of training and steps per second on {', '.join(cpus)}: the hours summed over every process that "
-        "trained a run (one cut and resumed has several), each with one or two threads beside other work (the default alone on a quiet machine is faster: "
-        "[speed](benchmarks.md#speed))."
+        "trained a run (one cut and resumed has several), each with one or two threads beside other work (the "
+        "default alone on a quiet machine is faster: [speed](benchmarks.md#speed))."
     )
     if max(len(runs) for runs in found.values()) < 2:
         lines.append("\nOne seed a game so far: the figures are that run's, with no spread and no interval.")

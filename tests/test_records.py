@@ -478,7 +478,8 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"] and rows["PongNoFrameskip-v4"][8] == "1.0 (2778) |"
     assert "One seed a game so far" in table and "Atari at 10M steps, the defaults: one seed per env" in out.stdout
     assert "Hours of training and steps per second on a CPU not recorded" in table
-    summary = "At 10M steps, 1 seed a game (2 runs), the last 100 games: Breakout 301.7 (CleanRL 414.66 +- 28.09); Pong 19.0 (CleanRL"
+    summary = "At 10M steps, 1 seed a game (2 runs), the last 100 games: Breakout 301.7 (CleanRL 414.66 +- 28.09); "
+    summary += "Pong 19.0 (CleanRL"
     speed = "5.5 +- 4.5 hours a run (1528 +- 1250 steps per second)"  # steps over each run's own training time
     assert f"{summary} 20.36 +- 0.20); {speed} on a CPU not recorded." in out.stdout  # the README's
     second = json.loads(Path(grid.record_path(run, str(records))).read_text()) | {"seed": 2, "cpu": "AMD EPYC"}

@@ -117,21 +117,40 @@ PPO2_ATARI_10M = {
 }
 # The PPO paper's Table 1 (7 MuJoCo envs, 3 seeds, 1M steps): average normalized score per setting.
 PAPER_TABLE1 = {
+    "none": -0.39,
     "clip-0.1": 0.76,
     "clip-0.2": 0.82,
     "clip-0.3": 0.70,
+    "kl-adaptive-0.003": 0.68,
     "kl-adaptive": 0.74,
+    "kl-adaptive-0.03": 0.71,
+    "kl-fixed-0.3": 0.62,
     "kl-fixed": 0.71,
-    "none": -0.39,
+    "kl-fixed-3": 0.72,
+    "kl-fixed-10": 0.69,
 }
 TABLE1_NAMES = {
+    "none": "no clipping or penalty",
     "clip-0.1": "clipping, eps = 0.1",
     "clip-0.2": "clipping, eps = 0.2 (default)",
     "clip-0.3": "clipping, eps = 0.3",
+    "kl-adaptive-0.003": "adaptive KL, d_targ = 0.003",
     "kl-adaptive": "adaptive KL, d_targ = 0.01",
+    "kl-adaptive-0.03": "adaptive KL, d_targ = 0.03",
+    "kl-fixed-0.3": "fixed KL, beta = 0.3",
     "kl-fixed": "fixed KL, beta = 1",
-    "none": "no clipping or penalty",
+    "kl-fixed-3": "fixed KL, beta = 3",
+    "kl-fixed-10": "fixed KL, beta = 10",
 }
+TABLE1_SHORT = {
+    "none": "no clipping or penalty",
+    **{f"clip-{eps}": f"clip {eps}" for eps in ("0.1", "0.2", "0.3")},
+    **{f"kl-adaptive-{d}": f"adaptive KL {d}" for d in ("0.003", "0.03")},
+    "kl-adaptive": "adaptive KL 0.01",
+    **{f"kl-fixed-{beta}": f"fixed KL {beta}" for beta in ("0.3", "3", "10")},
+    "kl-fixed": "fixed KL 1",
+}
+TABLE1_RUNS = len(grid.PAPER_ENVS) * len(grid.STUDY_SEEDS)  # a setting's runs at the paper's scale: 21
 DETAILS_NAMES = {
     "default": "the defaults",
     "init-std-1.0": "initial std 1.0 (CleanRL's), not 0.5",
@@ -306,27 +325,36 @@ def tuned_lines(grids: dict[str, dict], random: dict[str, float]) -> list[str]:
     return lines
 
 
-def normalized_scores(found: dict, variants: list[str], random: dict[str, float]) -> dict[str, list[float]]:
+def best_means(found: dict, variants: list[str], random: dict[str, float], envs: tuple) -> dict[str, float]:
+    """{env: the best setting's mean last-100 return}: the paper's 1 of the normalized score, per env with runs."""
+    best = {}
+    for env_id in envs:
+        means = [np.mean([r["last_100"] for r in found[(v, env_id)]]) for v in variants if (v, env_id) in found]
+        if means and max(means) <= random[env_id]:
+            sys.exit(f"error: no setting beats the random policy on {env_id}: its scores would flip sign")
+        best |= {env_id: float(max(means))} if means else {}
+    return best
+
+
+def normalized_scores(
+    found: dict, variants: list[str], random: dict[str, float], envs: tuple = grid.SMALL_ENVS
+) -> dict[str, list[float]]:
     """{variant: every run's score}, random = 0 and the best variant's mean last-100 return = 1 per env."""
     scores: dict[str, list[float]] = {v: [] for v in variants}
-    for env_id in grid.SMALL_ENVS:
-        means = [np.mean([r["last_100"] for r in found[(v, env_id)]]) for v in variants if (v, env_id) in found]
-        if not means:
-            continue
-        best = max(means)
-        if best <= random[env_id]:
-            sys.exit(f"error: no setting beats the random policy on {env_id}: its scores would flip sign")
+    for env_id, best in best_means(found, variants, random, envs).items():
         for v in variants:
             for r in found.get((v, env_id), []):
                 scores[v].append((r["last_100"] - random[env_id]) / (best - random[env_id]))
     return scores
 
 
-def env_cells(found: dict, variant: str) -> list[str]:
+def env_cells(found: dict, variant: str, envs: tuple = grid.SMALL_ENVS) -> list[str]:
+    """Per env the setting's last-100 return over its seeds, mean +- std (seeds); a decimal where returns are small."""
     cells = []
-    for env_id in grid.SMALL_ENVS:
-        runs = found.get((variant, env_id), [])
-        cells.append(f"{pm([r['last_100'] for r in runs])} ({len(runs)})" if runs else "-")
+    for env_id in envs:
+        returns = [r["last_100"] for r in found.get((variant, env_id), [])]
+        digits = 1 if returns and abs(np.mean(returns)) < 100 else 0
+        cells.append(f"{pm(returns, digits)} ({len(returns)})" if returns else "-")
     return cells
 
 
@@ -382,20 +410,22 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     return float(per_env.mean())
 
 
+def estimates(runs: dict, metric) -> tuple[dict, dict]:
+    """rliable's stratified-bootstrap estimates (runs resampled within each env) of metric over each setting's
+    (runs, envs) matrix, each from its own seeded stream: none depends on the settings beside it."""
+    from rliable import library as rly
+
+    point, ci = {}, {}
+    for k, m in runs.items():
+        np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002 (rliable draws its resamples from numpy's global RNG)
+        one = rly.get_interval_estimates({k: m}, metric, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE)
+        point[k], ci[k] = one[0][k], one[1][k]
+    return point, ci
+
+
 def intervals(matrices: dict[str, np.ndarray], baseline: str | None) -> dict[str, dict]:
     """Per setting: its IQM with the 95% stratified-bootstrap interval and, beside a baseline, the probability of
     improvement over it with its interval (rliable; runs resampled within each env)."""
-    from rliable import library as rly
-
-    def estimates(runs: dict, metric) -> tuple[dict, dict]:
-        """rliable's estimates, each setting's from its own seeded stream: none depends on the settings beside it"""
-        point, ci = {}, {}
-        for k, m in runs.items():
-            np.random.seed(BOOTSTRAP_SEED)  # noqa: NPY002 (rliable draws its resamples from numpy's global RNG)
-            one = rly.get_interval_estimates({k: m}, metric, reps=BOOTSTRAP_REPS, confidence_interval_size=CONFIDENCE)
-            point[k], ci[k] = one[0][k], one[1][k]
-        return point, ci
-
     usable = {k: m for k, m in matrices.items() if m.size}
     point, iqm_ci = estimates(usable, lambda m: np.array([iqm(m)]))
     out = {
@@ -447,7 +477,83 @@ def table1_at_1m(table1_1m: dict, mujoco: dict) -> dict:
     """Table 1 at 1M steps: the table1-1m grid's runs, and as its clip 0.2 row the mujoco grid's defaults on its envs
     (the same code and settings: grid.TABLE1_1M_FROM_MUJOCO)."""
     row = grid.TABLE1_1M_FROM_MUJOCO
-    return table1_1m | {(row, e): mujoco[("default", e)] for e in grid.SMALL_ENVS if ("default", e) in mujoco}
+    return table1_1m | {(row, e): mujoco[("default", e)] for e in grid.PAPER_ENVS if ("default", e) in mujoco}
+
+
+TABLE1_PAPER_HEAD = (
+    "| setting | runs | normalized score [95% CI] | PPO paper | IQM [95% CI] | P(better than clip 0.2) [95% CI] "
+    "| verdict |"
+)
+
+
+def table1_paper(found: dict, random: dict[str, float]) -> tuple[dict[str, list[str]], dict[str, object]]:
+    """The PPO paper's Table 1 at its scale (table1-1m): per setting the mean normalized score of its runs (per task
+    0 the random policy, 1 the best setting's mean, the paper's definition) with a stratified-bootstrap interval
+    (runs resampled within each task, the 1 held), beside the paper's figure; the IQM and P(better than clip 0.2) of
+    the studies; the returns per task; and what the intervals say of the paper's ranking. Blocks and quoted figures."""
+    variants = [v for v in grid.TABLE1_1M_VARIANTS if any((v, e) in found for e in grid.PAPER_ENVS)]
+    envs = tuple(e for e in grid.PAPER_ENVS if any((v, e) in found for v in variants))
+    scores, best = normalized_scores(found, variants, random, envs), best_means(found, variants, random, envs)
+    by_variant = {v: {e: found[(v, e)] for e in envs if (v, e) in found} for v in variants}
+    matrices = {v: score_matrix(runs, random, best) for v, runs in by_variant.items()}
+    _, ci = estimates({v: m for v, m in matrices.items() if m.size}, np.mean)  # the seeds on every task of v
+    everywhere = [v for v in variants if all((v, e) in found for e in envs)]  # comparable with clip 0.2 task by task
+    stats = study_stats(found, everywhere, random, "clip-0.2", envs)
+    lines = [TABLE1_PAPER_HEAD, "|" + " --- |" * (TABLE1_PAPER_HEAD.count("|") - 1)]
+    quoted = stats_figures("table1-paper", stats)
+    for v in variants:
+        low, high = (float(x) for x in np.ravel(ci[v])) if v in ci else (math.nan, math.nan)
+        score = f"{np.mean(scores[v]):.2f} [{low:.2f}, {high:.2f}]"
+        cells = f"{len(scores[v])} | {score} | {PAPER_TABLE1[v]:.2f} |{interval_cells(stats.get(v, {}))}"
+        lines.append(f"| {TABLE1_NAMES[v]} | {cells}")
+        quoted |= {
+            f"table1-paper/{v}/score": float(np.mean(scores[v])),
+            f"table1-paper/{v}/score_ci": f"[{low:.2f}, {high:.2f}]",
+        }
+    head = f"| setting | {' | '.join(e.removesuffix('-v4') for e in envs)} |"
+    tasks = [head, "|" + " --- |" * (head.count("|") - 1)]
+    tasks += [f"| {TABLE1_NAMES[v]} | {' | '.join(env_cells(found, v, envs))} |" for v in variants]
+    blocks = {"table1-paper": [*lines, ""], "table1-paper-tasks": [*tasks, ""]}
+    return blocks | table1_ranking(scores, stats), quoted
+
+
+def table1_ranking(scores: dict[str, list[float]], stats: dict[str, dict]) -> dict[str, list[str]]:
+    """What the runs say of the paper's Table 1, where clip 0.2 scores above every other setting: each setting with
+    all its runs is better, worse or not separated from clip 0.2 by P(better)'s interval; the others wait for their
+    runs. The README's sentence, and the studies' lines: those verdicts, then the paper's order by normalized score
+    and this one's (settings with all their runs)."""
+    short = lambda v: TABLE1_SHORT[v]  # noqa: E731
+    done = [v for v in TABLE1_NAMES if len(scores.get(v, [])) == TABLE1_RUNS and v in stats]
+    verdicts = {word: [v for v in done if v != "clip-0.2" and verdict(stats[v]) == word]
+                for word in ("better", "worse", "not separated")}  # fmt: skip
+    waiting = [short(v) for v in TABLE1_NAMES if v not in done]
+    runs = sum(len(s) for s in scores.values())
+    listed = lambda names: "; ".join(short(v) for v in names) or "none"  # noqa: E731
+    head = (
+        f"Table 1 at the paper's scale ({len(TABLE1_NAMES)} settings x {len(grid.PAPER_ENVS)} tasks x "
+        f"{len(grid.STUDY_SEEDS)} seeds, 1M steps; {runs} of {len(TABLE1_NAMES) * TABLE1_RUNS} runs so far)"
+    )
+    others = [v for v in done if v != "clip-0.2"]
+    if "clip-0.2" not in done or not others:
+        summary = f"{head}: no setting but clip 0.2 has all its runs yet, so whether clip 0.2 is the best is open."
+    else:
+        best = "not the best" if verdicts["better"] else "the best as far as the intervals carry"
+        summary = (
+            f"{head}: of the {len(others)} other settings with all their runs, {len(verdicts['better'])} scored above "
+            f"clip 0.2 where the intervals separate, {len(verdicts['worse'])} below, {len(verdicts['not separated'])} "
+            f"not separated: clip 0.2 is {best} so far."
+        )
+    line = (
+        f"{head}, against clip 0.2 (the default): better {listed(verdicts['better'])}; worse "
+        f"{listed(verdicts['worse'])}; not separated {listed(verdicts['not separated'])}; runs still to come "
+        f"{'; '.join(waiting) or 'none'}."
+    )
+    order = lambda pairs: " > ".join(f"{short(v)} ({value:.2f})" for v, value in pairs) or "none yet"  # noqa: E731
+    paper = sorted(PAPER_TABLE1.items(), key=lambda kv: -kv[1])
+    here = sorted(((v, float(np.mean(scores[v]))) for v in done), key=lambda kv: -kv[1])
+    ranking = [line, "", f"By normalized score, the paper: {order(paper)}.", ""]
+    return {"table1-paper-ranking": [*ranking, f"Here, the settings with all their runs: {order(here)}.", ""],
+            "table1-paper-summary": [summary, ""]}  # fmt: skip
 
 
 def study_stats(
@@ -576,6 +682,7 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         for e in grid.MUJOCO_ENVS
         if (("default", e) in grids["mujoco"] and (e in cleanrl or e in PPO2_MUJOCO))
         or ((table1 or table1_1m or details or grids["flags"]) and e in grid.SMALL_ENVS)
+        or any((v, e) in table1_1m for v in grid.TABLE1_1M_VARIANTS)
         or ("study", e) in grids["tuned"]
     ]
     random = random_returns(needed, os.path.join(records_dir, "random.json"))
@@ -629,6 +736,9 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
             blocks[name] = ablation_table(found, list(grid.TABLE1_VARIANTS), TABLE1_NAMES, random, PAPER_TABLE1, stats)
             panels[TITLES[name].split("\n")[-1].removesuffix(":")] = (stats, TABLE1_NAMES)
             quoted |= stats_figures(name, stats)
+    if table1_1m:  # the paper's layout, its eleven settings on its seven tasks
+        paper_blocks, paper_quoted = table1_paper(table1_1m, random)
+        blocks, quoted = blocks | paper_blocks, quoted | paper_quoted
     if details:
         # the defaults of the details grid are table1's clip 0.2 runs
         merged = details | {("default", e): runs for (v, e), runs in table1.items() if v == "clip-0.2"}
@@ -718,7 +828,9 @@ TITLES = {
     "atari-10m": "Atari at the script's own budget, the defaults:",
     "table1": "Intervals: IQM of normalized scores (0 random, 1 the defaults' mean), P(better than the defaults)\n\n"
     "Table 1, 300k steps:",
-    "table1-1m": "Table 1, 1M steps:",
+    "table1-1m": "Table 1, 1M steps, three tasks:",
+    "table1-paper": "Table 1 at the paper's scale, 1M steps (normalized score: 0 random, 1 the best setting's mean):",
+    "table1-paper-tasks": "Table 1 at the paper's scale, the last 100 episodes per task, mean +- std (seeds):",
     "details": "One detail at a time, 300k steps:",
     "compile": "--compile, Table 1's clip 0.2 setting, 300k steps:",
 }

@@ -296,13 +296,59 @@ def test_table1_at_1m_takes_its_clip_02_row_from_the_mujoco_grid_and_scores_ever
             write_record(records, "table1-1m", env_id, seed, 0.0, 500.0 + seed, "none")
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
-    one_m = out.stdout.split("Table 1, 1M steps:")[1]
+    one_m = out.stdout.split("Table 1, 1M steps, three tasks:")[1].split("\n\n")[1]
     rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ") for line in one_m.splitlines() if "|" in line}
     assert rows["clipping, eps = 0.2 (default)"][2] == "1002 +- 1 (3)"  # the mujoco grid's runs, not table1's
     assert rows["clipping, eps = 0.1"][2] == "2002 +- 1 (3)" and rows["clipping, eps = 0.1"][-1] == "better |"
     assert rows["no clipping or penalty"][-1] == "worse |"
     assert float(rows["clipping, eps = 0.1"][4]) == 1.0  # the best setting of each env scores 1
     assert "30 +- 12 (3)" not in one_m
+
+
+def test_table1_at_the_papers_scale_scores_every_setting_as_the_paper_does_and_says_where_its_ranking_holds(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "random.json").write_text(json.dumps({e: 0.0 for e in grid.PAPER_ENVS}))
+    last_100 = {"clip-0.1": lambda s: 2000.0 + s, "none": lambda s: 100.0 + s, "kl-fixed-3": lambda s: 1004.0 - s}
+    for seed in (1, 2, 3):
+        for env_id in grid.PAPER_ENVS:
+            write_record(records, "mujoco", env_id, seed, 0.0, 1000.0 + seed)  # clip 0.2, the defaults
+            for variant in grid.TABLE1_1M_VARIANTS.keys() - {"clip-0.2"}:
+                value = last_100.get(variant, lambda s: 500.0 + s)(seed)  # the rest: below clip 0.2 everywhere
+                write_record(records, "table1-1m", env_id, seed, 0.0, value, variant)
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    table = out.stdout.split("Table 1 at the paper's scale, 1M steps")[1].split("\n\n")[1]
+    rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert list(rows) == list(tables.TABLE1_NAMES.values())  # the paper's eleven, in its order
+    # per task 0 the random policy and 1 the best setting's mean (clip 0.1's 2002), averaged over the 21 runs
+    assert rows["clipping, eps = 0.1"][:3] == ["21", "1.00 [1.00, 1.00]", "0.76"]
+    assert rows["clipping, eps = 0.2 (default)"][:3] == ["21", f"{1002 / 2002:.2f} [0.50, 0.50]", "0.82"]
+    assert (
+        rows["no clipping or penalty"][1].startswith(f"{102 / 2002:.2f} [") and rows["fixed KL, beta = 10"][2] == "0.69"
+    )
+    assert rows["clipping, eps = 0.1"][-1] == "better |" and rows["no clipping or penalty"][-1] == "worse |"
+    assert rows["fixed KL, beta = 3"][-1] == "not separated |"  # the same returns, seeds reversed
+    tasks = out.stdout.split("the last 100 episodes per task, mean +- std (seeds):")[1].split("\n\n")[1]
+    assert tasks.splitlines()[0] == "| setting | " + " | ".join(e.removesuffix("-v4") for e in grid.PAPER_ENVS) + " |"
+    assert "| clipping, eps = 0.1 | " + " | ".join(["2002 +- 1 (3)"] * 7) + " |" in tasks
+    ranking = "against clip 0.2 (the default): better clip 0.1; worse no clipping or penalty; clip 0.3; adaptive KL"
+    assert ranking in out.stdout and "; not separated fixed KL 3; runs still to come none." in out.stdout
+    assert "By normalized score, the paper: clip 0.2 (0.82) > clip 0.1 (0.76) > adaptive KL 0.01 (0.74)" in out.stdout
+    here = out.stdout.split("Here, the settings with all their runs: ")[1].split("\n")[0]
+    assert here.startswith("clip 0.1 (1.00) > ") and here.endswith(f" > no clipping or penalty ({102 / 2002:.2f}).")
+    assert (
+        "231 of 231 runs so far): of the 10 other settings with all their runs, 1 scored above clip 0.2" in out.stdout
+    )
+    assert "clip 0.2 is not the best so far." in out.stdout
+
+    for seed in (2, 3):  # a setting still running: scored over what it has, no verdict until its 21 runs land
+        (records / f"Swimmer-v4__table1-1m-clip-0.1__{seed}.json").unlink()
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr
+    assert "| clipping, eps = 0.1 | 19 | " in out.stdout and "runs still to come clip 0.1." in out.stdout
+    assert "of the 9 other settings with all their runs, 0 scored above" in out.stdout
+    assert "clip 0.2 is the best as far as the intervals carry so far." in out.stdout
 
 
 def test_the_flags_learning_checks_stand_beside_the_defaults_runs_with_the_probability_of_improvement(tmp_path):

@@ -24,17 +24,21 @@ Sampler: TPE (RL Baselines3 Zoo's choice), its first STARTUP_TRIALS trials at ra
 
 Storage: --storage, by default SQLite in {dir}/{study}.db, beside the runs ({dir} = tune/{study}). Also any
 SQLAlchemy URL Optuna takes (postgresql://, mysql://) or a journal file (a path ending in .log), Optuna's two
-documented ways for several processes or machines to work one study. --trials counts the finished trials of
-the study (complete or pruned) from every worker and every earlier invocation. A stop (Ctrl-C, SIGTERM) stops
-the trial's processes, marks the trial failed ("cut") and queues its flags to run again first; a worker killed
-outright leaves its trial running, which the RDB storages' heartbeat marks failed and queues again once
-HEARTBEAT_GRACE_S have passed. A trial whose script fails is failed too, with its error, and the study goes on;
---max-failures in a row end it (exit 2).
+documented ways for several processes or machines to work one study, even started in the same instant (a file
+storage is opened under a lock, FILE.tune-lock beside it; a server's open is tried again). --trials counts the
+finished trials of the study (complete or pruned) from every worker and every earlier invocation; a worker counts
+them after each of its trials and stops once they reach it, while the others finish the trials they hold: with W
+workers, up to W - 1 more. A stop (Ctrl-C, SIGTERM) stops the trial's processes, marks the trial failed ("cut")
+and queues its flags to run again first; a worker killed outright leaves its trial running, which the RDB
+storages' heartbeat marks failed and queues again once HEARTBEAT_GRACE_S have passed. A trial whose script fails
+is failed too, with its error, and the study goes on; --max-failures in a row end it (exit 2).
 """
 
 import argparse
+import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import functools
 import glob
 import importlib.util
@@ -52,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import optuna
+import sqlalchemy
 from cores import usable_cores
 from grid import flag_value
 
@@ -64,6 +69,8 @@ LAST_EPISODES = 10  # default --last-episodes: the objective's training episodes
 POLL_S = 2.0  # seconds between looks at the trial's processes
 HEARTBEAT_S = 60  # RDB storages: a running trial's heartbeat ...
 HEARTBEAT_GRACE_S = 180  # ... and how long without one before another worker marks it failed and queues it again
+OPEN_TRIES = 5  # a server's storage (PostgreSQL, MySQL): opens that lost the race to make its tables, tried again ...
+OPEN_RETRY_S = 1.0  # ... this long apart
 TUNER_FLAGS = ("--seed", "--exp-name", "--resume", "--save-every", "--eval-checkpoint")  # tune.py sets these
 PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for the child when its parent dies
 RETURN_TAG = "charts/episodic_return"
@@ -485,33 +492,55 @@ def objective_fn(study: Study, space: list[Param], stop: StopFlag):
 # Study --------------------------------------------------------------------------------------------------------
 
 
+def storage_file(url: str) -> str | None:
+    """The file a storage lives in (a SQLite database, a journal), or None for a server's; a path that is
+    neither is refused."""
+    if "://" not in url and not url.endswith(".log"):
+        raise BadInput(f"--storage {url}: give an RDB URL (sqlite:///file.db) or a journal file (*.log)")
+    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None if "://" in url else url
+
+
 def open_storage(url: str):
     """The study's storage: a journal file (a path ending in .log) or an RDB URL (SQLite by default)."""
     try:
         if "://" not in url:
-            if not url.endswith(".log"):
-                raise BadInput(f"--storage {url}: give an RDB URL (sqlite:///file.db) or a journal file (*.log)")
-            os.makedirs(os.path.dirname(os.path.abspath(url)), exist_ok=True)
             return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
-        if url.startswith("sqlite:///"):
-            os.makedirs(os.path.dirname(os.path.abspath(url.removeprefix("sqlite:///"))) or ".", exist_ok=True)
-        return optuna.storages.RDBStorage(
-            url,
-            heartbeat_interval=HEARTBEAT_S,
-            grace_period=HEARTBEAT_GRACE_S,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
-        )
-    except BadInput:
-        raise
+        for tries_left in reversed(range(1 if storage_file(url) else OPEN_TRIES)):  # a file: open_study locks it
+            try:
+                return optuna.storages.RDBStorage(
+                    url,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=HEARTBEAT_GRACE_S,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(),
+                )
+            except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+                if not tries_left:  # else another worker made the tables as this one did: they are there now
+                    raise
+                time.sleep(OPEN_RETRY_S)
     except Exception as e:
         raise BadInput(
             f"cannot open the storage {url} ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
         ) from None
 
 
+def open_study(url: str, name: str, create: dict) -> optuna.Study:
+    """open_storage and load_study for run, one worker at a time on a file storage. Workers started together race
+    to make Optuna's tables (`table alembic_version already exists`) and the study's settings: an exclusive flock
+    on FILE.tune-lock beside the file (SQLite, a journal), which the system lets go however a worker ends, lets
+    them in one by one. A server (PostgreSQL, MySQL) has no file to lock: open_storage tries it again instead."""
+    with contextlib.ExitStack() as held:
+        if path := storage_file(url):
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                fcntl.flock(held.enter_context(open(f"{path}.tune-lock", "a")), fcntl.LOCK_EX)
+            except OSError as e:
+                raise BadInput(f"cannot open the storage {url} ({type(e).__name__}: {e})") from None
+        return load_study(name, open_storage(url), create)
+
+
 def load_study(name: str, storage, create: dict | None) -> optuna.Study:
     """The study, made with create's settings (kept as its attributes) when it is new; a study made with other
-    settings (script, fixed flags, seeds, objective) is refused rather than mixed."""
+    settings (script, fixed flags, seeds, objective, search space) is refused rather than mixed."""
     sampler = optuna.samplers.TPESampler(n_startup_trials=STARTUP_TRIALS)
     pruner = optuna.pruners.NopPruner()  # run sets the median pruner, which needs the budget
     if create is None:  # show: an existing study only (a misspelt name is said, not made)
@@ -632,13 +661,14 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     out_dir = os.path.abspath(args.dir or os.path.join("tune", args.study))
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # tune.py says what each trial did
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's retry, the plots
-    database = os.path.join(out_dir, args.study + ".db")
-    if args.command == "show" and not args.storage and not os.path.exists(database):  # say so, make no database
-        raise BadInput(f"no study {args.study!r}: {database} does not exist (--dir, --storage)")
-    storage = open_storage(args.storage or f"sqlite:///{database}")
+    url = args.storage or f"sqlite:///{os.path.join(out_dir, args.study + '.db')}"
+    path = storage_file(url)
     if args.command == "show":
-        show(load_study(args.study, storage, None), out_dir)
+        if path and not os.path.exists(path):  # say so, make no database
+            raise BadInput(f"no study {args.study!r}: {path} does not exist (--dir, --storage)")
+        show(load_study(args.study, open_storage(url), None), out_dir)
         return
+    # every check of the command line comes before the storage and its folder are made: bad input makes nothing
     for name in ("trials", "last_episodes", "max_failures") + (("threads",) if args.threads is not None else ()):
         if getattr(args, name) < 1:
             raise BadInput(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -654,7 +684,7 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     space_text = [dataclasses.asdict(p) | {"kind": p.kind.__name__} for p in space]
     settings = {"script": args.script, "fixed": fixed, "seeds": args.seeds, "objective": args.objective,
                 "last_episodes": args.last_episodes, "space": space_text, "objective_text": objective_text}  # fmt: skip
-    study = load_study(args.study, storage, json.loads(json.dumps(settings)))
+    study = open_study(url, args.study, json.loads(json.dumps(settings)))
     if not args.no_prune:  # judged from the PRUNE_AFTER-th report on, against the median of the trials before
         warmup = report_steps(budget)[PRUNE_AFTER - 1]
         study.pruner = optuna.pruners.MedianPruner(n_startup_trials=STARTUP_TRIALS // 2, n_warmup_steps=warmup)

@@ -7,12 +7,14 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+import sqlalchemy
 import tune
 import tyro
 from conftest import HANG_TIMEOUT, ROOT, scalars, wait_until
@@ -35,6 +37,29 @@ def run_tuner(folder: Path, *args: str, storage: str | None = None) -> subproces
     return subprocess.run(
         tuner(folder, *args, storage=storage), cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT
     )
+
+
+def in_python(folder: Path, *args: str, before: str, storage: str | None = None) -> list[str]:
+    """tuner's command as `python -c`, run from ROOT: tune.py imported, then the code in before (constants
+    lowered, a wait), then its main."""
+    code = f"import os, sys, time\nsys.path.insert(0, 'benchmarks')\nimport tune\n{before}\ntune.main(sys.argv[1:])"
+    return [sys.executable, "-c", code, *tuner(folder, *args, storage=storage)[2:]]
+
+
+def at_gate(gate: Path) -> str:
+    """Code for in_python's before: read the script (its torch import takes seconds, longer in some processes than
+    others), say it has come (the file gate.PID), then wait for the file gate."""
+    come = f"tune.script_fields('ppo_continuous.py')\nopen(f'{gate}.{{os.getpid()}}', 'w').close()"
+    return f"{come}\nwhile not os.path.exists('{gate}'):\n    time.sleep(0.001)"
+
+
+def released_together(commands: list[list[str]], gate: Path) -> list[subprocess.Popen]:
+    """A process of each in_python command, all waiting at_gate(gate), let go in one instant once all have come."""
+    procs = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    come = lambda: len(list(gate.parent.glob(f"{gate.name}.*"))) == len(procs)
+    wait_until(lambda: come() or any(p.poll() is not None for p in procs), "every process at the gate")
+    gate.touch()
+    return procs
 
 
 def load(folder: Path, name: str, storage: str | None = None) -> optuna.Study:
@@ -184,6 +209,37 @@ def hparams_of(run_dir: Path) -> dict:
     return found
 
 
+def test_a_worker_killed_outright_stops_its_runs_and_the_heartbeat_queues_its_trial_again(tmp_path):
+    name, grace = f"k{os.getpid()}", 2  # its processes are looked for by name, machine-wide
+    lowered = f"tune.HEARTBEAT_S, tune.HEARTBEAT_GRACE_S = 1, {grace}"  # from 60 and 180 seconds
+    command = in_python(tmp_path, "run", "--study", name, "--trials", "1", LR, "--", *TINY, before=lowered)
+    worker = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: list(tmp_path.glob(f"runs/*__{name}-trial0__1__*")), "trial 0's run", worker)
+    worker.kill()  # SIGKILL: no handler, no cleanup
+    worker.communicate(timeout=HANG_TIMEOUT)
+    killed = time.monotonic()
+    wait_until(lambda: not processes_of(f"{name}-trial0"), "the run to stop with its tuner")
+    log = (tmp_path / "logs" / f"{name}-trial0__1.log").read_text()
+    assert "SIGTERM: stopping after this iteration" in log, log[-2000:]  # the parent-death signal, not its end
+    time.sleep(max(0.0, killed + grace + 1 - time.monotonic()))  # the grace period is past since its last heartbeat
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert again.returncode == 0, again.stderr
+    stale, retry = load(tmp_path, name).trials
+    assert stale.state == optuna.trial.TrialState.FAIL and retry.state == optuna.trial.TrialState.COMPLETE
+    assert retry.params == stale.params  # the same flags, run again
+    assert optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == 0
+
+
+def test_a_signal_as_a_trial_ends_stops_the_study_there(tmp_path):
+    """SIGTERM (a scheduler's stop) between trials: the trial that ended is kept, no other starts, exit 128 + 15."""
+    stub = "tune.objective_fn = lambda study, space, stop: lambda trial: os.kill(os.getpid(), 15) or 1.0"
+    command = in_python(tmp_path, "run", "--study", "t", "--trials", "3", LR, "--", *TINY, before=stub)
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert out.returncode == 128 + signal.SIGTERM, out.stderr
+    assert out.stderr.strip().splitlines() == ["stopped between trials; the same command resumes"]
+    assert [t.state.name for t in load(tmp_path, "t").trials] == ["COMPLETE"]
+
+
 def test_two_workers_share_one_study_in_a_journal_file(tmp_path):
     storage = str(tmp_path / "shared.log")
     command = tuner(
@@ -199,6 +255,74 @@ def test_two_workers_share_one_study_in_a_journal_file(tmp_path):
     assert len({t.user_attrs["worker"] for t in complete}) == 2  # both took trials
     assert len({t.number for t in complete}) == len(complete)
     assert len({t.params["learning-rate"] for t in complete}) == len(complete)  # unseeded samplers: no repeats
+
+
+WORKERS = 5  # let go together on a new SQLite file without the lock, they lost the race to make its tables in
+# 18 tries of 18 (3 workers: in 16 of 20); on a journal file they never did, and it is held the same
+
+
+@pytest.mark.parametrize("kind", ["db", "log"])
+def test_workers_started_in_one_instant_on_a_new_storage_all_take_trials_of_one_study(tmp_path, kind):
+    """Workers opening a new storage together raced to make Optuna's tables (`table alembic_version already
+    exists`): here each waits, imported, for one file, so that all open the storage in the same instant."""
+    gate, storage = tmp_path / "gate", f"sqlite:///{tmp_path}/new/s.db" if kind == "db" else f"{tmp_path}/new/s.log"
+    command = in_python(tmp_path, "run", "--study", "s", "--trials", "1", "--threads", "1", LR, "--", *TINY,
+                        before=f"tune.show = lambda *args: None\n{at_gate(gate)}", storage=storage)  # fmt: skip
+    for w in released_together([command] * WORKERS, gate):
+        _, err = w.communicate(timeout=HANG_TIMEOUT)
+        assert w.returncode == 0, err
+    assert optuna.get_all_study_names(tune.open_storage(storage)) == ["s"]  # made once
+    trials = load(tmp_path, "s", tune.open_storage(storage)).trials
+    # every worker started its trial before any had finished: the 1 asked for and one more per extra worker
+    assert sorted(t.number for t in trials) == list(range(WORKERS)), [t.number for t in trials]
+    assert len({t.user_attrs["worker"] for t in trials}) == WORKERS
+    for t in trials:
+        assert t.state == optuna.trial.TrialState.COMPLETE
+        (run_dir,) = tmp_path.glob(f"runs/*__s-trial{t.number}__1__*")
+        assert t.value == pytest.approx(json.loads((run_dir / "summary.json").read_text())["mean_return_last_10"])
+
+
+def test_workers_started_in_one_instant_with_other_settings_make_one_study_with_one_of_them(tmp_path):
+    """A new study's settings are written and checked by one worker at a time too: no worker goes on with its own
+    settings while another's are the study's."""
+    gate, lows = tmp_path / "gate", [f"1e-{k}" for k in range(3, 3 + WORKERS)]  # a range of learning rates each
+    stub = "tune.objective_fn = lambda study, space, stop: lambda trial: 1.0\ntune.show = lambda *args: None"
+    # the settings written half a second late: a worker that looked meanwhile would find none and write its own
+    late = "write = optuna.Study.set_user_attr\noptuna.Study.set_user_attr = lambda *a: time.sleep(0.5) or write(*a)"
+    storage = str(tmp_path / "o.log")  # a journal file: a file storage like SQLite, that never raced to be made
+    commands = [
+        in_python(tmp_path, "run", "--study", "o", "--trials", "1", f"--param=learning-rate={low}:1e-2:log", "--",
+                  *TINY, before=f"import optuna\n{stub}\n{late}\n{at_gate(gate)}", storage=storage)
+        for low in lows
+    ]  # fmt: skip
+    outs = [(w.communicate(timeout=HANG_TIMEOUT)[1], w.returncode) for w in released_together(commands, gate)]
+    assert sorted(code for _, code in outs) == [0] + [2] * (WORKERS - 1), outs
+    assert all("was made with other settings" in err for err, code in outs if code), outs
+    (study,) = optuna.get_all_study_summaries(tune.open_storage(storage))
+    (low,) = [low for low, (_, code) in zip(lows, outs) if code == 0]
+    assert study.user_attrs["settings"]["space"][0]["low"] == float(low)  # the settings of the one that went on
+
+
+def test_a_server_storage_whose_tables_another_worker_was_making_is_opened_again(monkeypatch):
+    """PostgreSQL or MySQL: no file to lock, so a worker that lost the race to make the tables tries again."""
+    tries = []
+
+    def rdb_storage(url, **kwargs):
+        tries.append(url)
+        if len(tries) == 1:
+            raise sqlalchemy.exc.OperationalError("CREATE TABLE studies", {}, Exception("table studies already exists"))
+        if len(tries) == 2:  # the same version row written by two workers
+            raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", {}, Exception("duplicate key value"))
+        return "storage"
+
+    monkeypatch.setattr(tune.optuna.storages, "RDBStorage", rdb_storage)
+    monkeypatch.setattr(tune, "OPEN_RETRY_S", 0)
+    assert tune.open_storage("postgresql://host/db") == "storage" and len(tries) == 3
+    tries.clear()
+    monkeypatch.setattr(tune, "OPEN_TRIES", 2)
+    with pytest.raises(tune.BadInput, match=r"cannot open the storage postgresql://host/db \(IntegrityError: "):
+        tune.open_storage("postgresql://host/db")
+    assert len(tries) == 2
 
 
 class PruneAtOnce(optuna.pruners.BasePruner):
@@ -342,6 +466,22 @@ def test_only_failures_in_a_row_end_a_study(tmp_path, monkeypatch):
     assert stopped.value.code == 2
 
 
+def test_pruned_trials_count_toward_the_trials_asked_for(tmp_path, monkeypatch):
+    pruned = []
+
+    def objective_fn(study, space, stop):
+        def objective(trial):
+            assert len(pruned) < 2, "a third trial"
+            pruned.append(trial.number)
+            raise optuna.TrialPruned()
+
+        return objective
+
+    monkeypatch.setattr(tune, "objective_fn", objective_fn)
+    tune.main(["run", "--study", "p", "--dir", str(tmp_path), "--trials", "2", LR, "--", *TINY])
+    assert [t.state.name for t in load(tmp_path, "p").trials] == ["PRUNED", "PRUNED"]
+
+
 def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_path):
     ok = run_tuner(tmp_path, "run", "--study", "b", "--trials", "1", LR, "--", *TINY)
     assert ok.returncode == 0, ok.stderr
@@ -367,6 +507,65 @@ def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_pat
     assert "cannot make NoSuchEnv-v9" in failing.stderr and "Traceback" not in failing.stderr
     failed = load(tmp_path, "f").trials
     assert [t.state.name for t in failed] == ["FAIL"] * 3 and all("NoSuchEnv" in t.user_attrs["error"] for t in failed)
+
+
+def test_bad_input_makes_nothing_neither_the_study_s_folder_nor_its_storage(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default folder, tune/b, would be made here
+    (tmp_path / "file").touch()  # a folder no storage can be made in
+    cases = {  # the flags before -- and those after TINY: the line said
+        "--param=learning-rate=1e-2:1e-4:log": "the range is empty",
+        "--param=learning-rate=0:1e-2:log": "a log range must lie above 0",
+        "--param=seed=1,2": "--seed is tune.py's to set",
+        f"{LR} -- --nope 1": "ppo_continuous.py has no flag --nope (given after --)",
+        f"{LR} -- --exp-name x": "--exp-name is tune.py's to set",
+        f"{LR} -- --total-timesteps many": "--total-timesteps 'many' is no integer",
+        f"--seeds 2 2 {LR}": "--seeds 2 2: a seed twice",
+        f"--trials 0 {LR}": "--trials must be positive",
+        f"--threads 0 {LR}": "--threads must be positive",
+        f"--storage study.txt {LR}": "give an RDB URL (sqlite:///file.db) or a journal file (*.log)",
+        f"--storage mysql://nobody@localhost/nothing {LR}": "cannot open the storage mysql://",
+        f"--storage foo://host/db {LR}": "cannot open the storage foo://host/db (NoSuchModuleError: ",
+        f"--storage sqlite:///{tmp_path}/file/s.db {LR}": f"cannot open the storage sqlite:///{tmp_path}/file/s.db",
+        f"--storage {tmp_path}/new/s.log --param=learning-rate=1e-2:1e-4": "the range is empty",
+        "--dir new/folder --param=learning-rate=1e-2:1e-4": "the range is empty",
+    }
+    for flags, message in cases.items():
+        mine, _, fixed = flags.partition(" -- ")
+        with pytest.raises(SystemExit) as refused:
+            tune.main(["run", "--study", "b", *mine.split(), "--", *TINY, *fixed.split()])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and message in err and len(err.splitlines()) == 1, (flags, err)
+        assert [p.name for p in tmp_path.iterdir()] == ["file"], flags  # no tune/b/, no b.db
+
+
+def test_a_first_run_makes_its_folder_and_database_there_and_nothing_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "objective_fn", lambda study, space, stop: lambda trial: 1.0)
+    monkeypatch.chdir(tmp_path)
+    for where in ([], ["--dir", "new/folder"]):  # the default, tune/x, and a folder of folders yet to be made
+        for _ in range(2):  # the same command again finds the study finished: no trial more
+            tune.main(["run", "--study", "x", *where, "--trials", "1", LR, "--", *TINY])
+    made = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    files = ("x.db", "x.db.tune-lock", "x_history.png")  # the database, the lock its workers take, show's figure
+    assert made == [f"{folder}/{name}" for folder in ("new/folder", "tune/x") for name in files]
+    for folder in (tmp_path / "tune" / "x", tmp_path / "new" / "folder"):
+        assert [t.state.name for t in load(folder, "x").trials] == ["COMPLETE"]
+
+
+def test_a_study_resumed_with_another_search_space_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tune, "objective_fn", lambda study, space, stop: lambda trial: 1.0)
+    run = ["run", "--study", "r", "--dir", str(tmp_path)]
+    tune.main([*run, "--trials", "1", LR, "--", *TINY])
+    kept = "{'flag': 'learning-rate', 'kind': 'float', 'low': 0.0001, 'high': 0.01, 'log': True, 'choices': []}"
+    # another range, another scale, choices, one flag more, the default space: each would have run a trial
+    for other in ("--param=learning-rate=1e-5:1e-2:log", "--param=learning-rate=1e-4:1e-2",
+                  "--param=learning-rate=0.001,0.01", f"{LR} --param=gamma=0.9,0.99", ""):  # fmt: skip
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as refused:
+            tune.main([*run, "--trials", "2", *other.split(), "--", *TINY])
+        assert refused.value.code == 2 and capsys.readouterr().err == (
+            f"error: study 'r' was made with other settings (space [{kept}]): give them again, or a new --study\n"
+        ), other
+    assert len(load(tmp_path, "r").trials) == 1
 
 
 def test_the_eval_objective_is_the_closing_greedy_evaluation_averaged_over_the_seeds(tmp_path):
@@ -432,6 +631,18 @@ def test_a_trial_whose_sizes_the_fixed_flags_rule_out_is_pruned_before_it_runs(m
             assert tune.batch_problem(script, ["--num-steps", str(n), "--num-minibatches", str(m)]) is None
 
 
+def test_a_log_range_on_an_integer_flag_is_searched_log_uniformly_in_whole_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "Trial", FakeRun)
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: (0, np.zeros(0), np.zeros(0)))
+    monkeypatch.setattr(tune, "write_hparams", lambda *args: None)
+    fixed = ["--env-id", "examples.pointmass:PointMass-v0", "--num-minibatches", "4", "--total-timesteps", "2048"]
+    steps = "--param=num-steps=64:1024:log"
+    tune.main(["run", "--study", "i", "--dir", str(tmp_path), "--trials", "1", steps, "--", *fixed])
+    (trial,) = load(tmp_path, "i").trials
+    assert trial.distributions["num-steps"] == optuna.distributions.IntDistribution(64, 1024, log=True)
+    assert trial.user_attrs["flags"][-2:] == ["--num-steps", str(trial.params["num-steps"])]
+
+
 def test_a_trial_reads_only_run_folders_started_with_it_not_an_older_study_s(tmp_path):
     """Trial numbers start again at 0 in a new database: trial 0's folder from before must not pass for this one."""
     run = tune.Trial.__new__(tune.Trial)
@@ -463,6 +674,8 @@ def test_a_run_s_logs_are_read_again_only_when_its_event_files_have_grown(tmp_pa
 
 def test_show_of_a_study_that_does_not_exist_says_so_and_makes_nothing(tmp_path):
     out = run_tuner(tmp_path, "show", "--study", "nosuch")
+    assert out.returncode == 2 and out.stderr.startswith("error: no study 'nosuch'"), out.stderr
+    out = run_tuner(tmp_path, "show", "--study", "nosuch", storage=str(tmp_path / "nosuch.log"))  # a journal's too
     assert out.returncode == 2 and out.stderr.startswith("error: no study 'nosuch'"), out.stderr
     assert list(tmp_path.iterdir()) == []
     storage = f"sqlite:///{tmp_path / 'other.db'}"  # a database that exists, without the study in it

@@ -344,24 +344,28 @@ def commit_record(path: str, label: str) -> str:
     return f"not committed ({why})"
 
 
-PAGES = ("README.md", "docs")  # what tables.py --write rewrites from the records
+STALE = "differs from the records: "  # how tables.py --check names a page whose tables lag the records
 
 
 def commit_pages(label: str, root: str = ROOT) -> str:
-    """After a record is committed: the pages' tables and quoted figures rewritten from the records (tables.py
-    --write) and committed, so that the pages never lag the records (the suite checks them); left alone where the
-    pages hold someone's uncommitted edits. What happened, in words."""
-    git = ["git", "-C", root]
-    if subprocess.run([*git, "diff", "--quiet", "HEAD", "--", *PAGES], capture_output=True).returncode != 0:
-        return "pages not rewritten: README.md or docs/ holds uncommitted edits (run benchmarks/tables.py --write)"
-    tables = [sys.executable, os.path.join(root, "benchmarks", "tables.py"), "--write"]
-    done = subprocess.run(tables, capture_output=True, text=True)
-    if done.returncode == 0 and subprocess.run([*git, "diff", "--quiet", "--", *PAGES]).returncode == 0:
+    """After a record is committed: the pages whose tables or quoted figures lag the records (tables.py --check)
+    rewritten (--write) and committed, those pages alone, so that the pages never lag the records (the suite checks
+    them); left alone where one of those pages holds someone's uncommitted edits. What happened, in words."""
+    git, tables = ["git", "-C", root], [sys.executable, os.path.join(root, "benchmarks", "tables.py")]
+    done = subprocess.run([*tables, "--check"], capture_output=True, text=True)
+    stale = [line.removeprefix(STALE) for line in done.stderr.splitlines() if line.startswith(STALE)]
+    if done.returncode == 0:
         return "pages unchanged"
-    if done.returncode == 0:
+    diff = [*git, "diff", "--name-only", "HEAD", "--", *stale]  # the stale pages that hold someone's edits
+    edited = subprocess.run(diff, capture_output=True, text=True).stdout.split() if stale else []
+    if edited:
+        return f"pages not rewritten: {', '.join(edited)} uncommitted (run benchmarks/tables.py --write)"
+    if stale:
+        done = subprocess.run([*tables, "--write"], capture_output=True, text=True)
+    if stale and done.returncode == 0:
         message = f"pages: tables and quoted figures with {label}"
-        done = subprocess.run([*git, "commit", "-q", "-m", message, "--", *PAGES], capture_output=True, text=True)
-    if done.returncode == 0:
+        done = subprocess.run([*git, "commit", "-q", "-m", message, "--", *stale], capture_output=True, text=True)
+    if stale and done.returncode == 0:
         return "pages rewritten and committed"
     lines = (done.stderr or done.stdout).strip().splitlines()
     return f"pages not rewritten ({lines[-1] if lines else f'exit {done.returncode}'})"
@@ -454,19 +458,26 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
             running.remove(item)
             what = f"{r.env_id or 'default env'} {r.exp_name} seed {r.seed}"
             if proc.returncode == 0 and r.state(runs_dir)[0] == "done":
-                recorded = ""
-                if r.grid in GRIDS:
-                    path = write_record(r, r.state(runs_dir)[1], records_dir)
-                    recorded = f"; record {path}" + (f", {commit_record(path, r.label)}" if commit else "")
-                    if recorded.endswith(", committed") and os.path.samefile(records_dir, RECORDS_DIR):
-                        recorded += f", {commit_pages(r.label)}"
-                print(f"done  {what} in {(time.time() - started) / 60:.1f} min{recorded}", flush=True)
+                landed = land(r, runs_dir, records_dir, commit)
+                print(f"done  {what} in {(time.time() - started) / 60:.1f} min{landed and '; '}{landed}", flush=True)
                 continue
             failed += 1
             # exit 0 without summary.json: not a run that finished (resuming would evaluate and summarize it)
             why = f"exit {proc.returncode}" if proc.returncode else "exit 0 without summary.json"
             print(f"FAILED {what} ({why}); see {logs}", flush=True)
     return failed
+
+
+def land(run: Run, runs_dir: str, records_dir: str, commit: bool) -> str:
+    """A finished run of a named grid: its record written (with commit: committed, then the pages rewritten from
+    the records and committed); what happened, in words ("" for an ad-hoc run, which has no record)."""
+    if run.grid not in GRIDS:
+        return ""
+    path = write_record(run, run.state(runs_dir)[1], records_dir)
+    landed = f"record {path}" + (f", {commit_record(path, run.label)}" if commit else "")
+    if landed.endswith(", committed") and os.path.samefile(records_dir, RECORDS_DIR):
+        landed += f", {commit_pages(run.label)}"
+    return landed
 
 
 def report_seeds(runs: list[Run], runs_dir: str) -> None:
@@ -511,6 +522,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", help="an ad-hoc grid: --script with the flags after --")
     parser.add_argument("--script", choices=SCRIPTS, default="ppo_continuous.py", help="the ad-hoc grid's script")
     parser.add_argument("--name", help="the ad-hoc grid's name (default: the script's and a hash of the flags)")
+    import cluster  # its Slurm options, shared with tune.py
+
+    slurm = cluster.add_options(parser, "Slurm (docs/cluster.md): the runs not done as one job array, through submitit")
+    slurm.add_argument("--slurm", action="store_true", help="run: submit to Slurm (needs --dir, shared by the nodes)")
+    slurm.add_argument("--max-running", type=int, help="array tasks running at once (Slurm's %%N; default all)")
     args = parser.parse_args(argv)
     words = list(args.words)
     command = words.pop(0) if words and words[0] in ("run", "status", "record") else None
@@ -534,13 +550,21 @@ def main(argv: list[str] | None = None) -> None:
         runs = [r for name in words or GRIDS for r in grid_runs(name)]
         runs.sort(key=lambda r: r.seed)  # stable: every grid's first seed before any second one
         folder = args.dir or DEFAULT_DIR
+    if args.slurm:
+        problem = "--slurm submits: say `run`" if command != "run" else cluster.check(args, args.dir, "--slurm")
+        if problem:  # one line, nothing made or submitted
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
     runs_dir = os.path.join(os.path.abspath(folder), "runs")
     os.makedirs(runs_dir, exist_ok=True)
     if command == "status":
+        on_slurm = os.path.isdir(os.path.join(os.path.abspath(folder), "slurm"))  # a grid submitted with --slurm
         for r in runs:
             state, found = r.state(runs_dir)
             if state != "done" and read_record(r, args.records) is not None:
                 state, found = "recorded", record_path(r, args.records)
+            if state != "done" and state != "recorded" and on_slurm:
+                state, found = cluster.where(r, runs_dir)
             print(f"{state:8s} {r.grid:8s} {r.variant:24s} {r.env_id or 'default':26s} seed {r.seed}  {found or ''}")
         return
     if command == "record":
@@ -548,6 +572,16 @@ def main(argv: list[str] | None = None) -> None:
             state, found = r.state(runs_dir)
             if state == "done" and read_record(r, args.records) is None and r.grid in GRIDS:
                 print(f"recorded {write_record(r, found, args.records)}")
+        return
+    if args.slurm:
+        try:
+            jobs = cluster.submit(runs, runs_dir, args.records, args.commit, args)
+        except cluster.Refused as e:  # one line, exit 2, nothing queued
+            print(f"error: Slurm refused the job array: {e}", file=sys.stderr)
+            sys.exit(2)
+        failed = cluster.wait(jobs, runs, runs_dir) if args.wait else 0
+        if failed:
+            sys.exit(f"error: {failed} runs failed")
         return
     failed = run(runs, runs_dir, args.parallel, args.records, args.commit)
     if args.seeds:
@@ -557,8 +591,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    import grid  # this file as the module `grid`: what --slurm pickles for its tasks is grid.Run, not __main__.Run
+
     try:
-        main()
-    except RecordMismatch as e:  # one line, exit 2
+        grid.main()
+    except grid.RecordMismatch as e:  # one line, exit 2
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

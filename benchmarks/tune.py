@@ -54,6 +54,7 @@ import typing
 import warnings
 from dataclasses import dataclass
 
+import cluster
 import numpy as np
 import optuna
 import sqlalchemy
@@ -645,12 +646,66 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS per process (default: usable cores / seeds)")
     parser.add_argument("--max-failures", type=int, default=3, help="failed trials in a row that end the study")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to its budget")
+    slurm = cluster.add_options(parser, "Slurm (docs/cluster.md): workers of the study as one job array")
+    slurm.add_argument("--slurm-workers", type=int, help="run: N workers as array tasks (needs --dir, shared)")
     args = parser.parse_args(argv)
     try:
         run(args, fixed)
     except BadInput as e:
         say(f"error: {e}")
         sys.exit(2)
+
+
+def worker_argv(args: argparse.Namespace, fixed: list[str], url: str, out_dir: str) -> list[str]:
+    """The command line of each --slurm-workers worker: this one's study flags, its storage and folder spelt out,
+    OMP_NUM_THREADS from the task's CPUs."""
+    threads = args.threads or max(1, args.cpus_per_task // len(args.seeds))
+    argv = ["run", "--study", args.study, "--script", args.script, "--trials", str(args.trials), "--seeds",
+            *map(str, args.seeds), "--objective", args.objective, "--last-episodes", str(args.last_episodes),
+            *(f"--param={p}" for p in args.param), "--storage", url, "--dir", out_dir, "--threads", str(threads),
+            "--max-failures", str(args.max_failures), *(["--no-prune"] if args.no_prune else [])]  # fmt: skip
+    return [*argv, "--", *fixed]
+
+
+def submit_workers(args: argparse.Namespace, fixed: list[str], url: str, out_dir: str, settings: dict) -> None:
+    """--slurm-workers N: N workers of the study as one job array (cluster.Worker), on a storage every node reaches;
+    an existing study is checked against these settings first. Nothing is made or queued on bad input."""
+    problem = cluster.check(args, args.dir, "--slurm-workers")
+    if args.slurm_workers < 1:
+        problem = f"--slurm-workers must be positive, got {args.slurm_workers}"
+    elif url.startswith("sqlite"):
+        problem = "--slurm-workers: SQLite is one machine's; give a journal file (--storage PATH.log) or a server URL"
+    if problem:
+        raise BadInput(problem)
+    path = storage_file(url)
+    done = 0
+    if path is None or os.path.exists(path):  # a study there already: refused here if made with other settings
+        done = len(finished(open_study(url, args.study, settings)))
+    if done >= args.trials:
+        print(f"study {args.study}: {done} of {args.trials} trials finished; no worker to submit")
+        return
+    workers = [cluster.Worker(worker_argv(args, fixed, url, out_dir)) for _ in range(args.slurm_workers)]
+    try:
+        jobs = cluster.submit_array(os.path.join(out_dir, cluster.STATE_DIR), workers, args, "ppo-tune")
+    except cluster.Refused as e:
+        raise BadInput(f"Slurm refused the job array: {e}") from None
+    array = jobs[0].job_id.split("_")[0]
+    print(f"submitted {len(jobs)} workers of study {args.study} as job array {array}; storage {url}", flush=True)
+    if not args.wait:
+        return
+    cluster.wait_jobs(jobs)
+    failed = 0
+    for job in jobs:
+        try:
+            print(job.result())
+        except Exception as e:  # the worker's failure, as submitit kept it
+            failed += 1
+            lines = [line for line in str(e).splitlines() if line.startswith("RuntimeError: ")]
+            print(f"FAILED worker {job.job_id}: {lines[-1].removeprefix('RuntimeError: ') if lines else e}")
+    show(load_study(args.study, open_storage(url), None), out_dir)
+    if failed:
+        say(f"error: {failed} of {len(jobs)} workers failed")
+        sys.exit(1)
 
 
 def say(message: str) -> None:
@@ -662,6 +717,8 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # tune.py says what each trial did
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's retry, the plots
     url = args.storage or f"sqlite:///{os.path.join(out_dir, args.study + '.db')}"
+    if args.slurm_workers is not None:  # a journal file on the shared folder unless a server is given
+        url = args.storage or os.path.join(out_dir, args.study + ".log")
     path = storage_file(url)
     if args.command == "show":
         if path and not os.path.exists(path):  # say so, make no database
@@ -684,6 +741,9 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     space_text = [dataclasses.asdict(p) | {"kind": p.kind.__name__} for p in space]
     settings = {"script": args.script, "fixed": fixed, "seeds": args.seeds, "objective": args.objective,
                 "last_episodes": args.last_episodes, "space": space_text, "objective_text": objective_text}  # fmt: skip
+    if args.slurm_workers is not None:
+        submit_workers(args, fixed, url, out_dir, json.loads(json.dumps(settings)))
+        return
     study = open_study(url, args.study, json.loads(json.dumps(settings)))
     if not args.no_prune:  # judged from the PRUNE_AFTER-th report on, against the median of the trials before
         warmup = report_steps(budget)[PRUNE_AFTER - 1]

@@ -148,18 +148,34 @@ def test_a_committed_record_brings_the_pages_up_to_date_in_a_commit_of_their_own
     assert changed[0] == "pages:" and "README.md" in changed and "docs/results.md" in changed
     assert git("status", "--porcelain").stdout == "A  notes.txt\n"  # the user's staged file: staged, not committed
     assert grid.commit_pages("again", str(clone)) == "pages unchanged"
+    # another record lands while the user edits pages: an edit to a page tables.py leaves alone stays out of the
+    # pages commit; a page tables.py must rewrite that holds the user's edit (staged or not) is left alone
+    record.write_text(json.dumps(data | {"last_100": data["last_100"] + 600.0}))
+    git("commit", "-q", "-m", "records: HalfCheetah again", "--", str(record))
+    tuning = (clone / "docs" / "tuning.md").read_text()
+    (clone / "docs" / "tuning.md").write_text(tuning + "\nAn edit to a page without tables.\n")
+    assert grid.commit_pages("z", str(clone)) == "pages rewritten and committed"
+    assert "| HalfCheetah-v4 | 3 | 5788 +- " in (clone / "README.md").read_text()  # 5587.5 + 600 / 3
+    assert git("status", "--porcelain").stdout == " M docs/tuning.md\nA  notes.txt\n"
+    record.write_text(json.dumps(data | {"last_100": data["last_100"] + 900.0}))
+    git("commit", "-q", "-m", "records: HalfCheetah a third time", "--", str(record))
     head = git("rev-parse", "HEAD").stdout
-    studies = (clone / "docs" / "studies.md").read_text()
-    (clone / "docs" / "studies.md").write_text(studies + "\nA page edit the user has staged.\n")
-    git("add", "docs/studies.md")  # staged, not committed: neither swept into a pages commit nor lost
-    assert grid.commit_pages("y", str(clone)).startswith("pages not rewritten: README.md or docs/ holds uncommitted")
+    readme = (clone / "README.md").read_text()
+    (clone / "README.md").write_text(readme + "\nA page edit the user has staged.\n")
+    git("add", "README.md")  # staged, not committed: neither swept into a pages commit nor lost
+    assert grid.commit_pages("y", str(clone)) == (
+        "pages not rewritten: README.md uncommitted (run benchmarks/tables.py --write)"
+    )
     assert (
         git("rev-parse", "HEAD").stdout == head and "A page edit the user has staged." in git("diff", "--cached").stdout
     )
-    assert (clone / "docs" / "studies.md").read_text().endswith("A page edit the user has staged.\n")
-    (clone / "docs" / "studies.md").write_text("someone's edit, not committed")
-    assert grid.commit_pages("x", str(clone)).startswith("pages not rewritten: README.md or docs/ holds uncommitted")
-    assert (clone / "docs" / "studies.md").read_text() == "someone's edit, not committed"
+    assert (clone / "README.md").read_text() == readme + "\nA page edit the user has staged.\n"
+    git("reset", "-q", "--", "README.md")  # the same edit, not staged: left alone too
+    assert grid.commit_pages("x", str(clone)).startswith("pages not rewritten: README.md uncommitted")
+    assert (
+        git("rev-parse", "HEAD").stdout == head and git("diff", "--name-only").stdout == "README.md\ndocs/tuning.md\n"
+    )
+    assert (clone / "README.md").read_text() == readme + "\nA page edit the user has staged.\n"
 
 
 def test_commit_record_commits_that_record_alone_and_waits_out_another_git_command(tmp_path, monkeypatch):

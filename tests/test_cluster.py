@@ -1,0 +1,309 @@
+"""grid.py --slurm against a real Slurm: the one-node cluster benchmarks/slurm_cluster.sh starts (`.ci/run` starts it
+before the suite). A grid submitted as a job array ends with the same figures as the same grid run here; a task cut
+by its time limit is requeued and ends at its run's exact budget with a whole history; a failing task ends failed
+with its line, not requeued. Without a cluster these tests skip, saying so; the bad-input checks run everywhere."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cluster
+import pytest
+from conftest import HANG_TIMEOUT, ROOT, scalars
+
+POINTMASS = ["--env-id", "pointmass:PointMass-v0", "--eval-episodes", "2"]
+ENV = os.environ | {"PYTHONPATH": str(ROOT / "examples"), "OMP_NUM_THREADS": "1"}  # as the tasks' one CPU
+
+
+def slurm_up() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=60)
+    return nodes.returncode == 0 and any(s.rstrip("*") in ("idle", "mixed", "allocated") for s in nodes.stdout.split())
+
+
+needs_slurm = pytest.mark.skipif(
+    not slurm_up(), reason="no Slurm cluster up here: `bash benchmarks/slurm_cluster.sh start` starts one (as root)"
+)
+
+
+def grid_py(*args: str, cwd: Path, env: dict = ENV) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+
+
+def summaries(folder: Path) -> dict[str, dict]:
+    found = {}
+    for path in sorted((folder / "runs").glob("*/summary.json")):
+        seed = path.parent.name.split("__")[2]
+        summary = json.loads(path.read_text())
+        found[seed] = {k: summary[k] for k in ("global_step", "mean_return_last_10", "eval_mean_return")}
+    return found
+
+
+@needs_slurm
+def test_a_grid_submitted_to_slurm_ends_with_the_figures_of_the_same_grid_run_here(tmp_path):
+    flags = ["--seeds", "1", "2", "3", "--name", "pm", "--", *POINTMASS, "--total-timesteps", "4096"]
+    there = grid_py("run", "--slurm", "--dir", str(tmp_path / "slurm"), "--time", "10", "--wait", *flags, cwd=tmp_path)
+    assert there.returncode == 0, there.stdout + there.stderr
+    assert "submitted 3 runs as job array" in there.stdout and there.stdout.count("done  ") == 3
+    here = grid_py("run", "--dir", str(tmp_path / "local"), *flags, cwd=tmp_path)
+    assert here.returncode == 0, here.stderr
+    assert summaries(tmp_path / "slurm") == summaries(tmp_path / "local") and len(summaries(tmp_path / "local")) == 3
+    status = grid_py("status", "--dir", str(tmp_path / "slurm"), *flags, cwd=tmp_path)
+    assert [line.split()[0] for line in status.stdout.splitlines()] == ["done"] * 3
+    again = grid_py("run", "--slurm", "--dir", str(tmp_path / "slurm"), *flags, cwd=tmp_path)  # nothing left to do
+    assert again.returncode == 0 and "none to submit" in again.stdout
+
+
+SLOW_POINTMASS = """
+import time
+import gymnasium as gym
+from pointmass import EPISODE_STEPS, PointMass
+
+class SlowPointMass(PointMass):  # a step takes at least STEP_S on any machine: a run of known least length
+    def step(self, action):
+        time.sleep(STEP_S)
+        return super().step(action)
+
+gym.register("SlowPointMass-v0", entry_point=SlowPointMass, max_episode_steps=EPISODE_STEPS)
+"""
+STEP_S = 0.004  # most of a step's time, whatever the machine and its load
+
+
+@needs_slurm
+def test_a_task_cut_by_its_time_limit_is_requeued_and_its_run_ends_at_its_exact_budget_with_a_whole_history(
+    tmp_path,
+):
+    """A one-minute limit: Slurm warns the task 15-45 s into it (cluster.warning_s; it looks every 30 s), so a run
+    that sleeps more than 45 s is always cut at least once, and every task trains some."""
+    (tmp_path / "slowpoint.py").write_text(SLOW_POINTMASS.replace("STEP_S", repr(STEP_S)))
+    num_steps, budget = 256, 48 * 256  # 48 iterations, 49 s asleep; the updates small beside them
+    assert budget * STEP_S > 60 - cluster.warning_s(1) and cluster.warning_s(1) == 15
+    flags = ["--seeds", "1", "--name", "cut", "--", "--env-id", "slowpoint:SlowPointMass-v0", "--eval-episodes", "1"]
+    flags += ["--total-timesteps", str(budget), "--num-steps", str(num_steps), "--save-every", "1"]
+    flags += ["--update-epochs", "2", "--num-minibatches", "4"]
+    env = ENV | {"PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
+    done = grid_py("run", "--slurm", "--dir", str(tmp_path), "--time", "1", "--wait", *flags, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = next((tmp_path / "runs").glob("*__seeds-cut__1__*"))
+    assert json.loads((folder / "summary.json").read_text())["global_step"] == budget
+    logs = "".join(p.read_text() for p in (tmp_path / "slurm").glob("*/*_log.out"))
+    assert "Requeued job" in logs  # submitit's word: Slurm's warning came, the script stopped saved, the task requeued
+    steps = [step for step, _ in scalars(folder)["charts/SPS"]]  # one per iteration, each once, in order
+    assert steps == [num_steps * k for k in range(1, budget // num_steps + 1)]
+    resumed = [line for line in (tmp_path / "logs").glob("*.log") for line in line.read_text().splitlines()]
+    assert any("resuming at step" in line for line in resumed)  # the requeued task went on from the checkpoint
+
+
+@needs_slurm
+def test_a_failing_task_ends_failed_with_its_line_and_is_not_requeued(tmp_path):
+    flags = ["--seeds", "1", "--name", "bad", "--", "--env-id", "NoSuchEnv-v0"]
+    done = grid_py("run", "--slurm", "--dir", str(tmp_path), "--time", "5", "--wait", *flags, cwd=tmp_path)
+    assert done.returncode == 1 and "error: 1 runs failed" in done.stderr
+    assert "FAILED " in done.stdout and "cannot make NoSuchEnv-v0" in done.stdout
+    status = grid_py("status", "--dir", str(tmp_path), *flags, cwd=tmp_path)
+    assert status.stdout.startswith("failed") and "cannot make NoSuchEnv-v0" in status.stdout
+    logs = "".join(p.read_text() for p in (tmp_path / "slurm").glob("*/*_log.*"))
+    assert "Requeued" not in logs
+
+
+@needs_slurm
+def test_an_option_slurm_refuses_is_one_line_and_exit_2_with_nothing_queued(tmp_path):
+    flags = ["--seeds", "1", "--name", "refused", "--", *POINTMASS]
+    done = grid_py("run", "--slurm", "--dir", str(tmp_path), "--sbatch", "partition=nosuch", *flags, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: Slurm refused the job array: ")
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not list((tmp_path / "slurm").iterdir())  # no run marked as queued, no task pickled
+
+
+def test_slurm_input_that_cannot_work_is_one_line_and_exit_2_with_nothing_made(tmp_path):
+    flags = ["--seeds", "1", "--", *POINTMASS]
+    cases = {
+        "--dir is the cluster's to share": (["run", "--slurm", *flags], "--slurm needs --dir"),
+        "no sbatch": (["run", "--slurm", "--dir", str(tmp_path / "d"), *flags], "no sbatch on this machine's PATH"),
+        "a time limit that is none": (
+            ["run", "--slurm", "--dir", str(tmp_path / "d"), "--time", "0", *flags],
+            "--time",
+        ),
+        "status is no submission": (["status", "--slurm", "--dir", str(tmp_path / "d"), *flags], "say `run`"),
+    }
+    for name, (args, says) in cases.items():
+        env = ENV | ({"PATH": os.path.dirname(sys.executable)} if name == "no sbatch" else {})
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), *args]
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and says in done.stderr, (name, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, name
+        assert not (tmp_path / "d").exists() and not (tmp_path / "evidence").exists(), name
+
+
+def test_a_slurm_time_limit_is_read_in_minutes_as_submitit_counts_them():
+    assert [cluster.minutes(t) for t in ("90", "1:30:00", "2-00:00:00", "0:30", "1:00:01")] == [90, 90, 2880, 1, 61]
+    with pytest.raises(ValueError):
+        cluster.minutes("an hour")
+
+
+def test_a_task_stopped_for_its_time_limit_saves_and_hands_submitit_a_fresh_task_to_requeue(tmp_path, monkeypatch):
+    """The checkpoint hook without a cluster: the script gets SIGTERM (it saves on it), the state says requeued, and
+    what submitit pickles is a task with no process, which runs the run again (from its checkpoint) when called."""
+    import grid
+    import submitit
+
+    run = grid.Run(grid.SEEDS_GRID, "hook", "pointmass:PointMass-v0", 1, None, ())
+    task = cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=False)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143));"
+         " print('up', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, preexec_fn=cluster.ignore_usr2,
+    )  # fmt: skip
+    assert sleeper.stdout.readline() == b"up\n"
+    sleeper.send_signal(cluster.signal.SIGUSR2)  # Slurm's warning reaches the script too: it must not end it
+    time.sleep(0.5)
+    assert sleeper.poll() is None
+    task.proc = sleeper
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    requeue = task.checkpoint()
+    assert sleeper.returncode == 143  # stopped by SIGTERM, the signal on which the scripts save
+    assert isinstance(requeue, submitit.helpers.DelayedSubmission) and requeue.function.proc is None
+    assert requeue.function.run == run and json.loads(Path(cluster.state_path(task.runs_dir, run)).read_text()) == {
+        "state": "requeued",
+        "job": "41",
+    }
+    assert task.__getstate__()["proc"] is None
+
+
+def test_the_warning_that_interrupts_the_tasks_wait_for_its_script_stops_the_script_and_returns(tmp_path):
+    """Slurm's warning comes while the task waits for its script (proc.wait in __call__); submitit's handler calls
+    checkpoint in that same thread, which must stop the script and return, not wait forever on the interrupted
+    wait's lock."""
+    probe = f"""
+import signal, subprocess, sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import cluster, grid
+run = grid.Run(grid.SEEDS_GRID, "hook", "pointmass:PointMass-v0", 1, None, ())
+task = cluster.Task(run, {str(tmp_path / "runs")!r}, {str(tmp_path / "records")!r}, commit=False)
+script = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); time.sleep(600)"
+task.proc = subprocess.Popen([sys.executable, "-c", script], preexec_fn=cluster.ignore_usr2)
+def warned(*_):
+    task.checkpoint()
+    print("stopped", task.proc.returncode)
+    sys.exit(0)  # as submitit's handler ends the task once it is requeued
+signal.signal(signal.SIGUSR2, warned)
+signal.setitimer(signal.ITIMER_REAL, 1.0)
+signal.signal(signal.SIGALRM, lambda *a: task.proc.send_signal(signal.SIGUSR2) or signal.raise_signal(signal.SIGUSR2))
+task.proc.wait()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=ENV | {"SLURM_JOB_ID": "7"}, capture_output=True, text=True,
+        timeout=HANG_TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "stopped 143\n", done.stderr
+
+
+def test_a_requeued_task_whose_run_ended_as_the_warning_came_lands_it_and_starts_no_run(tmp_path, monkeypatch):
+    """The run wrote its summary, then the warning stopped the task: the requeued task must not start the run anew."""
+    import grid
+    from test_records import fake_run
+
+    run = grid.Run(grid.SEEDS_GRID, "ended", "pointmass:PointMass-v0", 1, None, ())
+    fake_run(tmp_path / "runs", run.env_name, run.exp_name, 1, [1.0] * 12)
+    started = []
+    monkeypatch.setattr(cluster.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    task = cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=False)
+    assert task() == "" and not started  # an ad-hoc run lands no record; nothing was started
+    assert cluster.read_state(task.runs_dir, run) == {"state": "done", "job": "42", "landed": ""}
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [f"{run.label}__1700000000"]
+
+
+# --- tune.py --slurm-workers -----------------------------------------------------------------------------------
+
+TUNE_FLAGS = ["--study", "pm", "--trials", "4", "--seeds", "1", "--param", "learning-rate=1e-4:1e-2:log"]
+TUNE_FIXED = ["--", *POINTMASS, "--total-timesteps", "4096"]
+
+
+def tune_py(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "tune.py"), *args]
+    return subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+
+
+@needs_slurm
+def test_a_study_given_two_array_workers_finishes_its_trials_each_worker_taking_some(tmp_path):
+    import optuna
+
+    folder = tmp_path / "shared"
+    workers = ["--dir", str(folder), "--slurm-workers", "2"]
+    done = tune_py("run", *TUNE_FLAGS, *workers, "--wait", *TUNE_FIXED, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted 2 workers of study pm as job array " in done.stdout and f"storage {folder}/pm.log" in done.stdout
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "pm.log")))
+    trials = optuna.load_study(study_name="pm", storage=storage).trials
+    states = {t.state for t in trials}
+    assert states == {optuna.trial.TrialState.COMPLETE} and 4 <= len(trials) <= 5  # up to one more per extra worker
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    logs = [p.read_text() for p in sorted((folder / "slurm").glob("*/*_log.out"))]
+    taken = [sum(line.startswith("trial ") and " complete " in line for line in log.splitlines()) for log in logs]
+    assert len(taken) == 2 and min(taken) >= 1 and sum(taken) == len(trials), taken  # both workers took trials
+    again = tune_py("run", *TUNE_FLAGS, *workers, *TUNE_FIXED, cwd=tmp_path)
+    assert again.returncode == 0 and "no worker to submit" in again.stdout  # the study has its trials
+
+
+@needs_slurm
+def test_tune_workers_slurm_refuses_are_one_line_and_exit_2_with_no_study_made(tmp_path):
+    args = ["run", *TUNE_FLAGS, "--dir", str(tmp_path / "d"), "--slurm-workers", "2", "--sbatch", "bogus=1"]
+    done = tune_py(*args, *TUNE_FIXED, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: Slurm refused the job array: ")
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "d" / "pm.log").exists()
+    assert not list((tmp_path / "d" / "slurm").iterdir())
+
+
+def test_tune_workers_input_that_cannot_work_is_one_line_and_exit_2_with_nothing_made(tmp_path):
+    cases = {
+        "no --dir": ([], "--slurm-workers needs --dir"),
+        "no workers": (["--dir", str(tmp_path / "d"), "--slurm-workers", "0"], "--slurm-workers must be positive"),
+        "SQLite": (["--dir", str(tmp_path / "d"), "--storage", f"sqlite:///{tmp_path}/d/x.db"], "SQLite is one"),
+        "a time limit that is none": (["--dir", str(tmp_path / "d"), "--time", "0"], "--time"),
+    }
+    for name, (extra, says) in cases.items():
+        workers = [] if "--slurm-workers" in extra else ["--slurm-workers", "2"]
+        done = tune_py("run", *TUNE_FLAGS, *extra, *workers, *TUNE_FIXED, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and says in done.stderr, (name, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, name
+        assert not (tmp_path / "d").exists() and not (tmp_path / "tune").exists(), name
+
+
+def test_each_worker_runs_the_study_the_submitter_was_given(tmp_path, monkeypatch):
+    """Every flag of `tune.py run` reaches the workers' command line as given (a flag left out would make the
+    workers another study, which tune.py refuses, or run it otherwise); the Slurm options stay with the submitter."""
+    import tune
+
+    given = ["run", "--study", "s", "--script", "ppo_atari.py", "--trials", "7", "--seeds", "3", "4", "--objective",
+             "eval", "--last-episodes", "5", "--param", "gamma=0.9,0.99", "--param", "learning-rate=1e-4:1e-3",
+             "--threads", "3", "--max-failures", "2", "--no-prune", "--dir", str(tmp_path), "--slurm-workers", "2",
+             "--cpus-per-task", "4", "--time", "30"]  # fmt: skip
+    seen = []
+    monkeypatch.setattr(tune, "submit_workers", lambda args, fixed, url, out, settings: seen.append((args, fixed, url)))
+    tune.main([*given, "--", "--env-id", "PongNoFrameskip-v4"])
+    ((args, fixed, url),) = seen
+    argv = tune.worker_argv(args, fixed, url, str(tmp_path))
+    seen.clear()
+    monkeypatch.setattr(tune, "run", lambda args, fixed: seen.append((args, fixed)))
+    tune.main(argv)
+    ((worker, worker_fixed),) = seen
+    slurm_only = {"partition", "time", "cpus_per_task", "gpus_per_task", "mem", "account", "sbatch", "max_timeouts",
+                  "wait", "slurm_workers"}  # fmt: skip
+    mine = {k: v for k, v in vars(args).items() if k not in slurm_only}
+    assert {k: v for k, v in vars(worker).items() if k not in slurm_only} == mine | {"storage": url}
+    assert worker.slurm_workers is None and worker_fixed == fixed == ["--env-id", "PongNoFrameskip-v4"]
+    assert url == str(tmp_path / "s.log") and set(mine) | slurm_only == set(vars(args))
+    defaults = tune.worker_argv(argparse_copy(args, threads=None), fixed, url, str(tmp_path))
+    assert defaults[defaults.index("--threads") + 1] == "2"  # the task's 4 CPUs over 2 seeds
+
+
+def argparse_copy(args, **changes):
+    import argparse
+
+    return argparse.Namespace(**(vars(args) | changes))

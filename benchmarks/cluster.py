@@ -38,6 +38,7 @@ STOP_WAIT_S = 90  # how long a warned task waits for its script to save and exit
 POLL_S = 0.2  # how often it looks
 MAX_TIMEOUTS = 50  # requeues after a time limit a run may take (submitit's max_num_timeout); failures take none
 JOB_NAME = "ppo-grid"
+STOPPED = 128 + signal.SIGTERM  # the scripts' exit after saving on SIGTERM
 
 
 def state_path(runs_dir: str, run: "grid.Run") -> str:
@@ -112,6 +113,9 @@ class Task:
         code = self.proc.wait()
         if code == 0 and run.state(runs_dir)[0] == "done":
             return self.land(job)
+        if code in (STOPPED, -signal.SIGTERM):  # scancel, a preemption: saved, resumable, not failed
+            write_state(runs_dir, run, state="stopped", job=job)
+            raise RuntimeError(f"{run.label}: stopped by SIGTERM, its checkpoint saved")
         why = last_line(log_path) or f"exit {code}"
         write_state(runs_dir, run, state="failed", job=job, line=why)
         raise RuntimeError(f"{run.label}: {why}")  # the task fails: submitit does not requeue it

@@ -98,6 +98,8 @@ def test_a_task_cut_by_its_time_limit_is_requeued_and_its_run_ends_at_its_exact_
     assert steps == [num_steps * k for k in range(1, budget // num_steps + 1)]
     resumed = [line for line in (tmp_path / "logs").glob("*.log") for line in line.read_text().splitlines()]
     assert any("resuming at step" in line for line in resumed)  # the requeued task went on from the checkpoint
+    assert any(line.startswith("SIGTERM: stopping after this iteration") for line in resumed)  # stopped, not killed
+    assert any(line.startswith("saved ") and "resume with" in line for line in resumed)  # saved as it stopped
 
 
 @needs_slurm
@@ -307,3 +309,26 @@ def argparse_copy(args, **changes):
     import argparse
 
     return argparse.Namespace(**(vars(args) | changes))
+
+
+@needs_slurm
+def test_status_shows_a_queued_run_with_its_job_and_steps_and_a_cancelled_one_as_cut(tmp_path):
+    """status while the task runs: its job and the steps its event file holds; after scancel, cut (resumable)."""
+    (tmp_path / "slowpoint.py").write_text(SLOW_POINTMASS.replace("STEP_S", repr(STEP_S)))
+    flags = ["--seeds", "1", "--name", "watched", "--", "--env-id", "slowpoint:SlowPointMass-v0", "--num-steps", "256"]
+    flags += ["--total-timesteps", str(256 * 400), "--save-every", "1"]  # far longer than the test waits
+    env = ENV | {"PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
+    done = grid_py("run", "--slurm", "--dir", str(tmp_path), "--time", "10", *flags, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = json.loads(next((tmp_path / "slurm").glob("*.json")).read_text())["job"]
+    deadline, line = time.monotonic() + HANG_TIMEOUT, ""
+    while time.monotonic() < deadline and (not line.startswith("running") or " 0 steps" in line):
+        time.sleep(2)
+        line = grid_py("status", "--dir", str(tmp_path), *flags, cwd=tmp_path, env=env).stdout
+    assert line.startswith("running") and f"job {job} (running), " in line and " steps" in line, line
+    assert int(line.split("(running), ")[1].split(" steps")[0].replace(",", "")) % 256 == 0
+    subprocess.run(["scancel", job], check=True, timeout=HANG_TIMEOUT)
+    while cluster.queued(job) and time.monotonic() < deadline:
+        time.sleep(1)
+    line = grid_py("status", "--dir", str(tmp_path), *flags, cwd=tmp_path, env=env).stdout
+    assert line.startswith("cut") and f"job {job} left the queue unfinished" in line, line

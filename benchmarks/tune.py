@@ -8,6 +8,7 @@ one set of flags; the study lives in a database, so it resumes after any stop an
         --param gamma=0.9,0.99,0.999 -- --env-id examples.pointmass:PointMass-v0 --total-timesteps 20000
     python benchmarks/tune.py run --script ppo_atari.py --study pong --objective eval -- --env-id PongNoFrameskip-v4
     python benchmarks/tune.py run --study swimmer --storage postgresql://user:pw@host/db -- ...  # many machines
+    python benchmarks/tune.py run --study swimmer --dir /shared/tune/swimmer --slurm-workers 4 -- --env-id Swimmer-v4
     python benchmarks/tune.py show --study swimmer   # the top trials, the best command line, the PNGs
     tensorboard --logdir tune/swimmer/runs           # every trial as it runs; HPARAMS: the flags beside the returns
 

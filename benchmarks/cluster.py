@@ -113,6 +113,9 @@ class Task:
         code = self.proc.wait()
         if code == 0 and run.state(runs_dir)[0] == "done":
             return self.land(job)
+        if code == 0:  # exit 0 without summary.json: not a run that finished
+            write_state(runs_dir, run, state="failed", job=job, line="exit 0 without summary.json")
+            raise RuntimeError(f"{run.label}: exit 0 without summary.json")
         if code in (STOPPED, -signal.SIGTERM):  # scancel, a preemption: saved, resumable, not failed
             write_state(runs_dir, run, state="stopped", job=job)
             raise RuntimeError(f"{run.label}: stopped by SIGTERM, its checkpoint saved")
@@ -194,13 +197,20 @@ def warning_s(limit_min: int) -> int:
 
 
 def minutes(text: str) -> int:
-    """A Slurm time limit, MINUTES or [DAYS-]HOURS:MINUTES:SECONDS, in whole minutes (submitit's unit)."""
-    days, _, clock = text.rpartition("-") if "-" in text else ("0", "", text)
+    """A Slurm time limit in whole minutes (submitit's unit), in Slurm's spellings: MINUTES, MINUTES:SECONDS,
+    HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS."""
+    days, _, clock = text.rpartition("-")
     parts = [int(p) for p in clock.split(":")]
-    if len(parts) == 1:
-        return int(days) * 1440 + parts[0]
-    hours, mins, secs = ([0] * (3 - len(parts)) + parts)[-3:]
-    return int(days) * 1440 + hours * 60 + mins + (secs > 0)
+    if days:  # DAYS-HOURS[:MINUTES[:SECONDS]]
+        fields = parts + [0] * (3 - len(parts))
+    elif len(parts) < 3:  # MINUTES[:SECONDS]
+        fields = [0, *parts, 0][:3]
+    else:  # HOURS:MINUTES:SECONDS
+        fields = parts
+    if len(fields) != 3:
+        raise ValueError(f"not a Slurm time: {text}")
+    hours, mins, secs = fields
+    return int(days or 0) * 1440 + hours * 60 + mins + (secs > 0)
 
 
 def queued(job: str) -> str | None:
@@ -301,17 +311,21 @@ def wait_jobs(jobs: list) -> None:
 
 
 def wait(jobs: list, runs: list["grid.Run"], runs_dir: str) -> int:
-    """Wait for every job to leave the queue; print each run's end; the number that failed."""
+    """Wait for every job to leave the queue; print each submitted run's end; the number that did not finish
+    (failed, or stopped or out of requeues: those resume when submitted again)."""
     wait_jobs(jobs)
-    failed = 0
+    unfinished = 0
     for r in runs:
         state = read_state(runs_dir, r) or {}
-        if state.get("state") == "failed":
-            failed += 1
-            print(f"FAILED {r.label}: {state.get('line')}", flush=True)
-        elif state.get("state") == "done":
+        if state.get("state") == "done":
             print(f"done  {r.label}: {state.get('landed')}", flush=True)
-    return failed
+        elif state.get("state") == "failed":
+            unfinished += 1
+            print(f"FAILED {r.label}: {state.get('line')}", flush=True)
+        elif state:
+            unfinished += 1
+            print(f"NOT DONE {r.label}: {state.get('state')} (submit again to resume it)", flush=True)
+    return unfinished
 
 
 def add_options(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:

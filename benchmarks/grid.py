@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
         failed = cluster.wait(jobs, runs, runs_dir) if args.wait else 0
         if failed:
-            sys.exit(f"error: {failed} runs failed")
+            sys.exit(f"error: {failed} runs failed or did not finish")
         return
     failed = run(runs, runs_dir, args.parallel, args.records, args.commit)
     if args.seeds:

@@ -106,7 +106,7 @@ def test_a_task_cut_by_its_time_limit_is_requeued_and_its_run_ends_at_its_exact_
 def test_a_failing_task_ends_failed_with_its_line_and_is_not_requeued(tmp_path):
     flags = ["--seeds", "1", "--name", "bad", "--", "--env-id", "NoSuchEnv-v0"]
     done = grid_py("run", "--slurm", "--dir", str(tmp_path), "--time", "5", "--wait", *flags, cwd=tmp_path)
-    assert done.returncode == 1 and "error: 1 runs failed" in done.stderr
+    assert done.returncode == 1 and "error: 1 runs failed or did not finish" in done.stderr
     assert "FAILED " in done.stdout and "cannot make NoSuchEnv-v0" in done.stdout
     status = grid_py("status", "--dir", str(tmp_path), *flags, cwd=tmp_path)
     assert status.stdout.startswith("failed") and "cannot make NoSuchEnv-v0" in status.stdout
@@ -124,15 +124,20 @@ def test_an_option_slurm_refuses_is_one_line_and_exit_2_with_nothing_queued(tmp_
 
 
 def test_slurm_input_that_cannot_work_is_one_line_and_exit_2_with_nothing_made(tmp_path):
-    flags = ["--seeds", "1", "--", *POINTMASS]
+    flags, d = ["--seeds", "1", "--", *POINTMASS], str(tmp_path / "d")
     cases = {
         "--dir is the cluster's to share": (["run", "--slurm", *flags], "--slurm needs --dir"),
-        "no sbatch": (["run", "--slurm", "--dir", str(tmp_path / "d"), *flags], "no sbatch on this machine's PATH"),
+        "no sbatch": (["run", "--slurm", "--dir", d, *flags], "no sbatch on this machine's PATH"),
         "a time limit that is none": (
-            ["run", "--slurm", "--dir", str(tmp_path / "d"), "--time", "0", *flags],
+            ["run", "--slurm", "--dir", d, "--time", "0", *flags],
             "--time",
         ),
-        "status is no submission": (["status", "--slurm", "--dir", str(tmp_path / "d"), *flags], "say `run`"),
+        "status is no submission": (["status", "--slurm", "--dir", d, *flags], "say `run`"),
+        "no CPU": (["run", "--slurm", "--dir", d, "--cpus-per-task", "0", *flags], "--cpus-per-task"),
+        "none at once": (
+            ["run", "--slurm", "--dir", d, "--max-running", "0", *flags],
+            "--max-running",
+        ),
     }
     for name, (args, says) in cases.items():
         env = ENV | ({"PATH": os.path.dirname(sys.executable)} if name == "no sbatch" else {})
@@ -144,9 +149,11 @@ def test_slurm_input_that_cannot_work_is_one_line_and_exit_2_with_nothing_made(t
 
 
 def test_a_slurm_time_limit_is_read_in_minutes_as_submitit_counts_them():
-    assert [cluster.minutes(t) for t in ("90", "1:30:00", "2-00:00:00", "0:30", "1:00:01")] == [90, 90, 2880, 1, 61]
-    with pytest.raises(ValueError):
-        cluster.minutes("an hour")
+    spelt = ("90", "1:30:00", "2-00:00:00", "0:30", "1:00:01", "1-12", "1-12:30", "90:30")
+    assert [cluster.minutes(t) for t in spelt] == [90, 90, 2880, 1, 61, 2160, 2190, 91]  # DAYS-HOURS[:MINUTES]
+    for wrong in ("an hour", "1:2:3:4", "1-1:2:3:4"):
+        with pytest.raises(ValueError):
+            cluster.minutes(wrong)
 
 
 def test_a_task_stopped_for_its_time_limit_saves_and_hands_submitit_a_fresh_task_to_requeue(tmp_path, monkeypatch):
@@ -249,7 +256,8 @@ def test_a_study_given_two_array_workers_finishes_its_trials_each_worker_taking_
     logs = [p.read_text() for p in sorted((folder / "slurm").glob("*/*_log.out"))]
     taken = [sum(line.startswith("trial ") and " complete " in line for line in log.splitlines()) for log in logs]
     assert len(taken) == 2 and min(taken) >= 1 and sum(taken) == len(trials), taken  # both workers took trials
-    again = tune_py("run", *TUNE_FLAGS, *workers, *TUNE_FIXED, cwd=tmp_path)
+    exactly = [str(len(trials)) if f == "4" else f for f in TUNE_FLAGS]  # --trials as many as it has
+    again = tune_py("run", *exactly, *workers, *TUNE_FIXED, cwd=tmp_path)
     assert again.returncode == 0 and "no worker to submit" in again.stdout  # the study has its trials
 
 
@@ -321,7 +329,7 @@ def test_status_shows_a_queued_run_with_its_job_and_steps_and_a_cancelled_one_as
     done = grid_py("run", "--slurm", "--dir", str(tmp_path), "--time", "10", *flags, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     job = json.loads(next((tmp_path / "slurm").glob("*.json")).read_text())["job"]
-    deadline, line = time.monotonic() + HANG_TIMEOUT, ""
+    deadline, line = time.monotonic() + 240, ""  # the task starts within seconds on an idle node
     while time.monotonic() < deadline and (not line.startswith("running") or " 0 steps" in line):
         time.sleep(2)
         line = grid_py("status", "--dir", str(tmp_path), *flags, cwd=tmp_path, env=env).stdout
@@ -332,3 +340,66 @@ def test_status_shows_a_queued_run_with_its_job_and_steps_and_a_cancelled_one_as
         time.sleep(1)
     line = grid_py("status", "--dir", str(tmp_path), *flags, cwd=tmp_path, env=env).stdout
     assert line.startswith("cut") and f"job {job} left the queue unfinished" in line, line
+
+
+def test_a_submission_takes_the_runs_not_done_recorded_or_queued_with_every_option_given(tmp_path, monkeypatch):
+    """grid.py's --slurm branch down to submitit's executor (a stand-in: no cluster needed): which runs become
+    tasks, with --commit, and which options reach the array."""
+    import contextlib
+    import types
+
+    import grid
+    import submitit
+    from test_records import fake_run
+
+    made: dict = {"tasks": []}
+
+    class Executor:
+        def __init__(self, folder: str, max_num_timeout: int):
+            made["max_num_timeout"] = max_num_timeout
+
+        def update_parameters(self, **parameters):
+            made["parameters"] = parameters
+
+        @contextlib.contextmanager
+        def batch(self):
+            yield
+
+        def submit(self, task):
+            made["tasks"].append(task)
+            return types.SimpleNamespace(job_id=f"77_{len(made['tasks']) - 1}")
+
+    monkeypatch.setattr(submitit, "SlurmExecutor", Executor)
+    monkeypatch.setattr(cluster, "check", lambda *a: None)
+    monkeypatch.setattr(cluster, "queued", lambda job: "PENDING" if job == "5_0" else None)
+    runs = sorted(grid.grid_runs("mujoco"), key=lambda r: r.seed)
+    records, runs_dir = tmp_path / "records", tmp_path / "shared" / "runs"
+    records.mkdir()
+    shutil.copy(grid.record_path(runs[0], grid.RECORDS_DIR), records)  # recorded
+    fake_run(runs_dir, runs[1].env_name, runs[1].exp_name, runs[1].seed, [1.0] * 12)  # done, not recorded yet
+    cluster.write_state(str(runs_dir), runs[2], state="pending", job="5_0")  # queued by an earlier submission
+    cluster.write_state(str(runs_dir), runs[3], state="failed", job="4_1", line="boom")  # failed: submitted again
+    options = ["--time", "1:30:00", "--cpus-per-task", "2", "--max-running", "1", "--max-timeouts", "7"]
+    options += ["--sbatch", "qos=high", "--partition", "cpu", "--mem", "8G", "--account", "lab", "--gpus-per-task", "1"]
+    grid.main(["run", "mujoco", "--slurm", "--dir", str(tmp_path / "shared"), "--records", str(records), "--commit"]
+              + options)  # fmt: skip
+    assert [t.run for t in made["tasks"]] == runs[3:] and all(t.commit for t in made["tasks"])
+    assert made["max_num_timeout"] == 7 and made["parameters"]["additional_parameters"] == {"qos": "high"}
+    wanted = {"time": 90, "cpus_per_task": 2, "array_parallelism": 1, "partition": "cpu", "mem": "8G",
+              "account": "lab", "gpus_per_task": 1, "signal_delay_s": cluster.SIGNAL_DELAY_S}  # fmt: skip
+    assert {k: made["parameters"][k] for k in wanted} == wanted
+    for k, r in enumerate(runs[3:]):  # each run's state names its own array task
+        assert cluster.read_state(str(runs_dir), r) == {"state": "pending", "job": f"77_{k}"}
+    assert cluster.read_state(str(runs_dir), runs[2]) == {"state": "pending", "job": "5_0"}
+
+
+def test_a_script_that_exits_0_without_its_summary_is_a_failed_run_not_a_done_one(tmp_path, monkeypatch):
+    import grid
+
+    run = grid.Run(grid.SEEDS_GRID, "silent", "pointmass:PointMass-v0", 1, None, ())
+    monkeypatch.setattr(run.__class__, "command", lambda self, runs_dir: [sys.executable, "-c", "pass"])
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    task = cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=False)
+    with pytest.raises(RuntimeError, match="without summary.json"):
+        task()
+    assert cluster.read_state(task.runs_dir, run)["state"] == "failed"

@@ -337,8 +337,7 @@ def compute_gae(
     carry = gamma * gae_lambda * (~dones)
     advantages, last = torch.zeros_like(values), torch.zeros_like(next_value)
     for t in reversed(range(values.shape[0])):
-        last = deltas[t] + carry[t] * last
-        advantages[t] = last
+        advantages[t] = last = deltas[t] + carry[t] * last
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
 
 
@@ -383,9 +382,7 @@ def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
     """The PPO paper's rule: halve beta when the KL was below d_targ/1.5, double it above 1.5*d_targ."""
     if kl < kl_target / 1.5:
         return beta / 2
-    if kl > kl_target * 1.5:
-        return beta * 2
-    return beta
+    return beta * 2 if kl > kl_target * 1.5 else beta
 
 
 def explained_variance(predicted: Tensor, target: Tensor) -> float:
@@ -450,8 +447,7 @@ def collect_rollout(
     rewards = np.zeros((num_steps, envs.num_envs), dtype=np.float32)  # env outputs stay in NumPy
     terminations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # until the rollout ends:
     truncations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # one copy, not one per step
-    episodes = []
-    obs = state.obs
+    episodes, obs = [], state.obs
     for step in range(num_steps):
         action, logprob, _, value = agent.get_action_and_value(obs)
         buf.obs[step], buf.actions[step], buf.logprobs[step], buf.values[step] = obs, action, logprob, value
@@ -481,9 +477,8 @@ def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tens
     if not dist.is_initialized():
         return [(x[mb].mean(), x[mb].std()) for mb in slices]
     x64 = x.double()
-    n, total = all_sum(
-        torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
-    ).T
+    counts_sums = torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
+    n, total = all_sum(counts_sums).T  # (M,) each
     mean = total / n  # (M,)
     squares = all_sum(torch.stack([(x64[mb] - m).square().sum() for mb, m in zip(slices, mean)]))
     return [(m.to(x.dtype), s.to(x.dtype)) for m, s in zip(mean, (squares / (n - 1)).sqrt())]

@@ -185,8 +185,8 @@ class ScaleReward(gym.vector.VectorWrapper):
     def __init__(self, envs: VectorEnv, gamma: float, epsilon: float = NORM_EPS):
         super().__init__(envs)
         self.gamma, self.epsilon, self.update_running_mean, self.return_rms = gamma, epsilon, True, RunningMeanStd(())
-        self.returns = np.zeros(self.num_envs)  # (N,) discounted return of each env's episode so far
-        self.done = np.zeros(self.num_envs, dtype=bool)  # the last step ended the episode: this one resets
+        # (N,) each env's discounted return so far, and whether its last step ended the episode (this one resets)
+        self.returns, self.done = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=bool)
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -288,8 +288,7 @@ class MLP(nn.Module):
 
 def gaussian_log_prob(action: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """log N(action; mean, diag(exp(log_std))^2), summed over action dimensions: (B, A) -> (B,)."""
-    z = (action - mean) * torch.exp(-log_std)
-    return (-0.5 * z.square() - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+    return (-0.5 * ((action - mean) * torch.exp(-log_std)).square() - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
 
 
 class Agent(nn.Module):
@@ -297,8 +296,7 @@ class Agent(nn.Module):
 
     def __init__(self, envs: VectorEnv):
         super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        act_dim = int(np.prod(envs.single_action_space.shape))
+        obs_dim, act_dim = (int(np.prod(s.shape)) for s in (envs.single_observation_space, envs.single_action_space))
         self.critic = MLP(obs_dim, 1, VALUE_HEAD_GAIN)
         self.actor_mean = MLP(obs_dim, act_dim, POLICY_HEAD_GAIN)
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), float(np.log(INIT_STD))))
@@ -308,8 +306,7 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, obs: Tensor, action: Tensor | None = None, greedy: bool = False):
         """Sample an action (or score the given one, or the likeliest with greedy): action, log-prob, entropy, value."""
-        mean = self.actor_mean(obs)  # (B, A)
-        log_std = self.actor_logstd  # (1, A), broadcast over the batch
+        mean, log_std = self.actor_mean(obs), self.actor_logstd  # (B, A), and (1, A) broadcast over the batch
         if action is None:  # sample, or take the mean with greedy
             action = mean if greedy else mean + torch.exp(log_std) * torch.randn_like(mean)
         entropy = (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum(-1).expand(mean.shape[0])  # the same in every state
@@ -349,8 +346,7 @@ def compute_gae(
     carry = gamma * gae_lambda * (~dones)
     advantages, last = torch.zeros_like(values), torch.zeros_like(next_value)
     for t in reversed(range(values.shape[0])):
-        last = deltas[t] + carry[t] * last
-        advantages[t] = last
+        advantages[t] = last = deltas[t] + carry[t] * last
     return advantages, advantages + values  # value targets R_t = A_t + V(s_t)
 
 
@@ -395,9 +391,7 @@ def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
     """The PPO paper's rule: halve beta when the KL was below d_targ/1.5, double it above 1.5*d_targ."""
     if kl < kl_target / 1.5:
         return beta / 2
-    if kl > kl_target * 1.5:
-        return beta * 2
-    return beta
+    return beta * 2 if kl > kl_target * 1.5 else beta
 
 
 def explained_variance(predicted: Tensor, target: Tensor) -> float:
@@ -462,8 +456,7 @@ def collect_rollout(
     rewards = np.zeros((num_steps, envs.num_envs), dtype=np.float32)  # env outputs stay in NumPy
     terminations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # until the rollout ends:
     truncations = np.zeros((num_steps, envs.num_envs), dtype=bool)  # one copy, not one per step
-    episodes = []
-    obs = state.obs
+    episodes, obs = [], state.obs
     for step in range(num_steps):
         action, logprob, _, value = agent.get_action_and_value(obs)
         buf.obs[step], buf.actions[step], buf.logprobs[step], buf.values[step] = obs, action, logprob, value
@@ -493,9 +486,8 @@ def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tens
     if not dist.is_initialized():
         return [(x[mb].mean(), x[mb].std()) for mb in slices]
     x64 = x.double()
-    n, total = all_sum(
-        torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
-    ).T
+    counts_sums = torch.stack([torch.stack([x64.new_tensor(mb.stop - mb.start), x64[mb].sum()]) for mb in slices])
+    n, total = all_sum(counts_sums).T  # (M,) each
     mean = total / n  # (M,)
     squares = all_sum(torch.stack([(x64[mb] - m).square().sum() for mb, m in zip(slices, mean)]))
     return [(m.to(x.dtype), s.to(x.dtype)) for m, s in zip(mean, (squares / (n - 1)).sqrt())]

@@ -6,7 +6,7 @@ submitit, each run one array task that survives its time limit (docs/cluster.md)
     python benchmarks/grid.py status table1-1m --dir /shared/ppo-grids      # done, running, pending, failed, ...
 
 A task runs its run's script as grid.py runs it on one machine (the same command, so the same numbers), with
-OMP_NUM_THREADS = its CPUs. Slurm warns a task SIGNAL_DELAY_S before its time limit (submitit's USR2); the task
+OMP_NUM_THREADS = its CPUs. Slurm warns a task before its time limit (warning_s; submitit's USR2); the task
 then stops the script with SIGTERM, which makes it save its checkpoint at the end of its iteration, and submitit
 requeues the task: the requeued task resumes the run from the checkpoint (`--resume`) and ends at the run's budget,
 its TensorBoard history whole. A preempted task is requeued by Slurm, and its script saves on Slurm's SIGTERM. A

@@ -14,7 +14,8 @@ behind the README's results tables, or one config of a script over several seeds
 
 Each process gets OMP_NUM_THREADS = usable cores // K (benchmarks/cores.py). A run with summary.json is
 done and skipped; a run with only a checkpoint is resumed from it (each run saves every SAVE_EVERY
-iterations), so `run` can be started again after any stop.
+iterations), so `run` can be started again after any stop. Ctrl-C or SIGTERM stops the grid and its runs, each
+saved; a grid killed outright (SIGKILL) leaves none training: on Linux each gets SIGTERM from the kernel and saves.
 
 Named grids: every run lives in evidence/runs/{env}__{grid}-{variant}__{seed}__{time}/ (TensorBoard log,
 checkpoint, summary.json, eval.json), its console output in evidence/logs/.
@@ -51,10 +52,12 @@ summary.json, and their mean +- std.
 """
 
 import argparse
+import ctypes
 import glob
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +70,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(ROOT, "evidence")
 SAVE_EVERY = 10  # iterations between checkpoints: a cut run loses at most this much
 POLL_S = 2.0  # seconds between looks at the running processes
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a grid, its runs saved
+PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for the child when its parent dies
 COMMIT_TRIES = 10  # --commit: tries while another git command holds the index
 # the PPO paper's seven MuJoCo tasks, then two it did not run
 PAPER_ENVS = (
@@ -427,9 +432,17 @@ def seed_runs(script: str, seeds: list[int], flags: list[str], name: str | None 
     return [Run(SEEDS_GRID, name, env_id, seed, None, tuple(rest), script) for seed in seeds]
 
 
+def kill_with_parent() -> None:
+    """In a run's process before it runs the script: SIGTERM it when its parent dies, however it dies (Linux): the
+    script saves and exits, so no run goes on training unwatched, nor beside the same run started again."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORDS_DIR, commit: bool = False) -> int:
     """Run what is neither done nor recorded, `parallel` at a time, recording each run of a named grid as it
-    finishes (and committing the record, with commit); the number of runs that failed."""
+    finishes (and committing the record, with commit); the number of runs that failed. SIGINT or SIGTERM stops the
+    grid: each running run gets the signal once (a second one, again: the scripts then quit at once), saves and
+    exits; then the grid exits with 128 + the signal, and the same command resumes it."""
     pending = [r for r in runs if r.state(runs_dir)[0] != "done" and read_record(r, records_dir) is None]
     threads = str(max(1, usable_cores() // parallel))
     print(
@@ -441,16 +454,31 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
     logs = os.path.join(os.path.dirname(runs_dir), "logs")  # beside runs/, so run-folder globs never match them
     os.makedirs(logs, exist_ok=True)
     running: list[tuple[Run, subprocess.Popen, float]] = []
-    failed = 0
-    while pending or running:
-        while pending and len(running) < parallel:
+    failed, signals, forwarded = 0, [], 0  # signals: those that reached the grid; forwarded: how many went on
+    before = {sig: signal.signal(sig, lambda signum, _: signals.append(signum)) for sig in STOP_SIGNALS}
+    while (pending and not signals) or running:
+        while pending and len(running) < parallel and not signals:
             r = pending.pop(0)
             cmd = r.command(runs_dir)
             print(f"start {r.env_id or 'default env'} {r.exp_name} seed {r.seed}: {' '.join(cmd[-12:])}", flush=True)
             with open(os.path.join(logs, f"{r.label}.log"), "a") as log:
-                proc = subprocess.Popen(cmd, cwd=os.path.dirname(runs_dir), stdout=log, stderr=log, env=env)
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=os.path.dirname(runs_dir),
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    preexec_fn=kill_with_parent if sys.platform.startswith("linux") else None,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches the grid alone, which passes it on once
+                )
             running.append((r, proc, time.time()))
         time.sleep(POLL_S)
+        for signum in signals[forwarded:]:  # in the loop, not the handler: no Popen call interrupted half-way
+            print(f"{signal.Signals(signum).name}: each running run saves and stops; the same command resumes")
+            for _, proc, _ in running:
+                if proc.poll() is None:
+                    proc.send_signal(signum)
+            forwarded += 1
         for item in list(running):
             r, proc, started = item
             if proc.poll() is None:
@@ -461,10 +489,17 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
                 landed = land(r, runs_dir, records_dir, commit)
                 print(f"done  {what} in {(time.time() - started) / 60:.1f} min{landed and '; '}{landed}", flush=True)
                 continue
+            if signals and proc.returncode == 128 + signals[0]:
+                print(f"saved {what}: stopped with the grid", flush=True)
+                continue
             failed += 1
             # exit 0 without summary.json: not a run that finished (resuming would evaluate and summarize it)
             why = f"exit {proc.returncode}" if proc.returncode else "exit 0 without summary.json"
             print(f"FAILED {what} ({why}); see {logs}", flush=True)
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    if signals:
+        sys.exit(128 + signals[0])
     return failed
 
 

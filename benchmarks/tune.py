@@ -37,7 +37,6 @@ is failed too, with its error, and the study goes on; --max-failures in a row en
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import functools
@@ -60,7 +59,7 @@ import numpy as np
 import optuna
 import sqlalchemy
 from cores import usable_cores
-from grid import flag_value
+from grid import flag_value, kill_with_parent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
@@ -74,7 +73,6 @@ HEARTBEAT_GRACE_S = 180  # ... and how long without one before another worker ma
 OPEN_TRIES = 5  # a server's storage (PostgreSQL, MySQL): opens that lost the race to make its tables, tried again ...
 OPEN_RETRY_S = 1.0  # ... this long apart
 TUNER_FLAGS = ("--seed", "--exp-name", "--resume", "--save-every", "--eval-checkpoint")  # tune.py sets these
-PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for the child when its parent dies
 RETURN_TAG = "charts/episodic_return"
 STEP_TAG = "charts/SPS"  # logged at every iteration's last step: how far a run has come
 
@@ -309,11 +307,6 @@ def read_scalars(folder: str | None) -> tuple[int, np.ndarray, np.ndarray]:
     progress = acc.Scalars(STEP_TAG)[-1].step if STEP_TAG in tags else 0
     events = acc.Scalars(RETURN_TAG) if RETURN_TAG in tags else []
     return progress, np.array([e.step for e in events]), np.array([e.value for e in events])
-
-
-def kill_with_parent() -> None:
-    """In a trial's process before it runs the script: SIGTERM it when the tuner dies, however it dies (Linux)."""
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Trial:

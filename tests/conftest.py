@@ -114,6 +114,22 @@ class Lines:
         return "".join(self.lines)
 
 
+# an env module for runs of known least length: its steps sleep (tests of stops, cuts and requeues)
+SLOW_POINTMASS = """
+import time
+import gymnasium as gym
+from pointmass import EPISODE_STEPS, PointMass
+
+class SlowPointMass(PointMass):  # a step takes at least STEP_S on any machine: a run of known least length
+    def step(self, action):
+        time.sleep(STEP_S)
+        return super().step(action)
+
+gym.register("SlowPointMass-v0", entry_point=SlowPointMass, max_episode_steps=EPISODE_STEPS)
+"""
+STEP_S = 0.004  # most of a step's time, whatever the machine and its load
+
+
 def only_run(folder: Path) -> Path:
     """The run folder of the one run made in folder."""
     (run_dir,) = (Path(folder) / "runs").iterdir()

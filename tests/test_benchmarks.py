@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import plot_curves
 import pytest
 import speed
 import tables
-from conftest import HANG_TIMEOUT
+from conftest import HANG_TIMEOUT, NEEDS_PGREP, SLOW_POINTMASS, STEP_S, scalars, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -435,6 +436,49 @@ def test_grid_runs_one_config_over_seeds_in_parallel_and_prints_each_seeds_retur
     assert "2 of 2 done; 0 to go" in again.stdout and "over 2 seeds" in again.stdout  # found again, not rerun
     status = run_tool("grid.py", "status", "--seeds", "1", "2", "3", "--", *flags, cwd=tmp_path, env=env)
     assert [line.split()[0] for line in status.stdout.splitlines()] == ["done", "done", "missing"]
+
+
+@NEEDS_PGREP
+@pytest.mark.parametrize("to_group", [False, True], ids=["SIGTERM to grid.py", "Ctrl-C to its terminal's group"])
+def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_to_their_exact_budget(
+    tmp_path, to_group
+):
+    """SIGTERM to grid.py (a kill), or SIGINT to its process group (a terminal's Ctrl-C, which must not reach the
+    runs as well: a second signal quits a run at once): each running run gets it once, saves and exits, then grid.py
+    exits 128 + the signal with no run left training beside the same runs started again; the same command resumes
+    both and ends them at their budget, each step once."""
+    (tmp_path / "slowpoint.py").write_text(SLOW_POINTMASS.replace("STEP_S", repr(STEP_S)))
+    num_steps, budget = 256, 20 * 256  # 20 iterations, at least 20 s asleep each run: both are cut
+    name = f"stop{os.getpid()}"  # the runs' --exp-name, seeds-{name}: pgrep finds this test's runs alone
+    flags = ["--seeds", "1", "2", "--parallel", "2", "--name", name, "--", "--env-id", "slowpoint:SlowPointMass-v0"]
+    flags += ["--total-timesteps", str(budget), "--num-steps", str(num_steps), "--save-every", "1"]
+    flags += ["--update-epochs", "2", "--num-minibatches", "4", "--eval-episodes", "1"]
+    env = os.environ | {"PYTHONPATH": f"{tmp_path}:{ROOT / 'examples'}", "OMP_NUM_THREADS": "2"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), "run", *flags]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, **pipes)  # a terminal's group
+    wait_until(lambda: len(list(tmp_path.glob("runs/*/checkpoint.pt"))) == 2, "both runs' checkpoints", proc)
+    sig = signal.SIGINT if to_group else signal.SIGTERM
+    if to_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=HANG_TIMEOUT)
+    left = subprocess.run(["pgrep", "-f", f"seeds-{name}"], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 128 + sig, out + err
+    assert left.stdout == ""  # no run goes on training unwatched
+    assert f"{sig.name}: each running run saves and stops" in out and out.count("stopped with the grid") == 2
+    assert not list(tmp_path.glob("runs/*/summary.json"))  # both cut short of their budget
+    for log in (tmp_path / "logs").glob("*.log"):  # each stopped as on its own signal: saved, not killed
+        text = log.read_text()
+        assert f"{sig.name}: stopping after this iteration" in text and "resume with" in text, text[-2000:]
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "0 of 2 done; 2 to go" in again.stdout and again.stdout.count("--resume ") == 2
+    for folder in (tmp_path / "runs").iterdir():
+        assert json.loads((folder / "summary.json").read_text())["global_step"] == budget
+        steps = [step for step, _ in scalars(folder)["charts/SPS"]]  # one per iteration, each once, in order
+        assert steps == [num_steps * k for k in range(1, budget // num_steps + 1)]
 
 
 def run_variant(tmp_path: Path, variant: str) -> dict:

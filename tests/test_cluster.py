@@ -13,7 +13,7 @@ from pathlib import Path
 
 import cluster
 import pytest
-from conftest import HANG_TIMEOUT, ROOT, scalars
+from conftest import HANG_TIMEOUT, ROOT, SLOW_POINTMASS, STEP_S, scalars
 
 POINTMASS = ["--env-id", "pointmass:PointMass-v0", "--eval-episodes", "2"]
 ENV = os.environ | {"PYTHONPATH": str(ROOT / "examples"), "OMP_NUM_THREADS": "1"}  # as the tasks' one CPU
@@ -58,21 +58,6 @@ def test_a_grid_submitted_to_slurm_ends_with_the_figures_of_the_same_grid_run_he
     assert [line.split()[0] for line in status.stdout.splitlines()] == ["done"] * 3
     again = grid_py("run", "--slurm", "--dir", str(tmp_path / "slurm"), *flags, cwd=tmp_path)  # nothing left to do
     assert again.returncode == 0 and "none to submit" in again.stdout
-
-
-SLOW_POINTMASS = """
-import time
-import gymnasium as gym
-from pointmass import EPISODE_STEPS, PointMass
-
-class SlowPointMass(PointMass):  # a step takes at least STEP_S on any machine: a run of known least length
-    def step(self, action):
-        time.sleep(STEP_S)
-        return super().step(action)
-
-gym.register("SlowPointMass-v0", entry_point=SlowPointMass, max_episode_steps=EPISODE_STEPS)
-"""
-STEP_S = 0.004  # most of a step's time, whatever the machine and its load
 
 
 @needs_slurm

@@ -439,14 +439,15 @@ def test_grid_runs_one_config_over_seeds_in_parallel_and_prints_each_seeds_retur
 
 
 @NEEDS_PGREP
-@pytest.mark.parametrize("to_group", [False, True], ids=["SIGTERM to grid.py", "Ctrl-C to its terminal's group"])
-def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_to_their_exact_budget(
-    tmp_path, to_group
-):
-    """SIGTERM to grid.py (a kill), or SIGINT to its process group (a terminal's Ctrl-C, which must not reach the
-    runs as well: a second signal quits a run at once): each running run gets it once, saves and exits, then grid.py
-    exits 128 + the signal with no run left training beside the same runs started again; the same command resumes
-    both and ends them at their budget, each step once."""
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C", "SIGKILL"])
+def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_to_their_exact_budget(tmp_path, how):
+    """SIGTERM to grid.py, or SIGINT to its process group (a terminal's Ctrl-C, which must not reach the runs as
+    well: a second signal quits a run at once): each running run gets it once, saves and exits, then grid.py exits
+    128 + the signal. SIGKILL to grid.py: the kernel sends each run SIGTERM (Linux), and each saves and exits. Then
+    no run is left training beside the same runs started again; the same command resumes both and ends them at
+    their budget, each step once."""
+    if how == "SIGKILL" and not sys.platform.startswith("linux"):
+        pytest.skip("a parent's death signals its children on Linux alone")
     (tmp_path / "slowpoint.py").write_text(SLOW_POINTMASS.replace("STEP_S", repr(STEP_S)))
     num_steps, budget = 256, 20 * 256  # 20 iterations, at least 20 s asleep each run: both are cut
     name = f"stop{os.getpid()}"  # the runs' --exp-name, seeds-{name}: pgrep finds this test's runs alone
@@ -458,16 +459,21 @@ def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_t
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True, **pipes)  # a terminal's group
     wait_until(lambda: len(list(tmp_path.glob("runs/*/checkpoint.pt"))) == 2, "both runs' checkpoints", proc)
-    sig = signal.SIGINT if to_group else signal.SIGTERM
-    if to_group:
+    sig = {"SIGTERM": signal.SIGTERM, "Ctrl-C": signal.SIGINT, "SIGKILL": signal.SIGKILL}[how]
+    if how == "Ctrl-C":
         os.killpg(proc.pid, sig)
     else:
         proc.send_signal(sig)
     out, err = proc.communicate(timeout=HANG_TIMEOUT)
-    left = subprocess.run(["pgrep", "-f", f"seeds-{name}"], capture_output=True, text=True, timeout=HANG_TIMEOUT)
-    assert proc.returncode == 128 + sig, out + err
-    assert left.stdout == ""  # no run goes on training unwatched
-    assert f"{sig.name}: each running run saves and stops" in out and out.count("stopped with the grid") == 2
+    runs_left = lambda: subprocess.run(["pgrep", "-f", f"seeds-{name}"], capture_output=True, timeout=HANG_TIMEOUT)  # noqa: E731
+    if how == "SIGKILL":  # no grid left to wait for them: they stop on their own
+        assert proc.returncode == -sig
+        wait_until(lambda: runs_left().returncode == 1, "the runs' exits")
+        sig = signal.SIGTERM  # what each run got
+    else:
+        assert proc.returncode == 128 + sig, out + err
+        assert runs_left().returncode == 1  # pgrep found none: no run goes on training unwatched
+        assert f"{sig.name}: each running run saves and stops" in out and out.count("stopped with the grid") == 2
     assert not list(tmp_path.glob("runs/*/summary.json"))  # both cut short of their budget
     for log in (tmp_path / "logs").glob("*.log"):  # each stopped as on its own signal: saved, not killed
         text = log.read_text()

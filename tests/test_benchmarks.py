@@ -441,17 +441,29 @@ def test_grid_runs_one_config_over_seeds_in_parallel_and_prints_each_seeds_retur
 @NEEDS_PGREP
 @pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C", "SIGKILL"])
 def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_to_their_exact_budget(tmp_path, how):
-    """SIGTERM to grid.py, or SIGINT to its process group (a terminal's Ctrl-C, which must not reach the runs as
-    well: a second signal quits a run at once): each running run gets it once, saves and exits, then grid.py exits
-    128 + the signal. SIGKILL to grid.py: the kernel sends each run SIGTERM (Linux), and each saves and exits. Then
-    no run is left training beside the same runs started again; the same command resumes both and ends them at
-    their budget, each step once."""
+    """Three runs, two at a time. SIGTERM to grid.py, or SIGINT to its process group (a terminal's Ctrl-C, which
+    must not reach the runs as well: a second signal quits a run at once): each running run gets it once, saves and
+    exits, no other run starts, then grid.py exits 128 + the signal. SIGKILL to grid.py: the kernel sends each run
+    SIGTERM (Linux), and each saves and exits. Then no run is left training beside the same runs started again;
+    the same command resumes both and runs the third, each to its budget, each step once."""
     if how == "SIGKILL" and not sys.platform.startswith("linux"):
         pytest.skip("a parent's death signals its children on Linux alone")
     (tmp_path / "slowpoint.py").write_text(SLOW_POINTMASS.replace("STEP_S", repr(STEP_S)))
     num_steps, budget = 256, 20 * 256  # 20 iterations, at least 20 s asleep each run: both are cut
     name = f"stop{os.getpid()}"  # the runs' --exp-name, seeds-{name}: pgrep finds this test's runs alone
-    flags = ["--seeds", "1", "2", "--parallel", "2", "--name", name, "--", "--env-id", "slowpoint:SlowPointMass-v0"]
+    flags = [
+        "--seeds",
+        "1",
+        "2",
+        "3",
+        "--parallel",
+        "2",
+        "--name",
+        name,
+        "--",
+        "--env-id",
+        "slowpoint:SlowPointMass-v0",
+    ]
     flags += ["--total-timesteps", str(budget), "--num-steps", str(num_steps), "--save-every", "1"]
     flags += ["--update-epochs", "2", "--num-minibatches", "4", "--eval-episodes", "1"]
     env = os.environ | {"PYTHONPATH": f"{tmp_path}:{ROOT / 'examples'}", "OMP_NUM_THREADS": "2"}
@@ -475,12 +487,15 @@ def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_t
         assert runs_left().returncode == 1  # pgrep found none: no run goes on training unwatched
         assert f"{sig.name}: each running run saves and stops" in out and out.count("stopped with the grid") == 2
     assert not list(tmp_path.glob("runs/*/summary.json"))  # both cut short of their budget
+    assert len(list(tmp_path.glob("runs/*"))) == 2  # seed 3 not started after the stop
     for log in (tmp_path / "logs").glob("*.log"):  # each stopped as on its own signal: saved, not killed
         text = log.read_text()
         assert f"{sig.name}: stopping after this iteration" in text and "resume with" in text, text[-2000:]
+    if how != "SIGTERM":  # the checkpoints are those of any stop: resumed in one case
+        return
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "0 of 2 done; 2 to go" in again.stdout and again.stdout.count("--resume ") == 2
+    assert "0 of 3 done; 3 to go" in again.stdout and again.stdout.count("--resume ") == 2
     for folder in (tmp_path / "runs").iterdir():
         assert json.loads((folder / "summary.json").read_text())["global_step"] == budget
         steps = [step for step, _ in scalars(folder)["charts/SPS"]]  # one per iteration, each once, in order

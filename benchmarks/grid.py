@@ -456,8 +456,8 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
     running: list[tuple[Run, subprocess.Popen, float]] = []
     failed, signals, forwarded = 0, [], 0  # signals: those that reached the grid; forwarded: how many went on
     before = {sig: signal.signal(sig, lambda signum, _: signals.append(signum)) for sig in STOP_SIGNALS}
-    while (pending and not signals) or running:
-        while pending and len(running) < parallel and not signals:
+    while pending or running:
+        while pending and len(running) < parallel:
             r = pending.pop(0)
             cmd = r.command(runs_dir)
             print(f"start {r.env_id or 'default env'} {r.exp_name} seed {r.seed}: {' '.join(cmd[-12:])}", flush=True)
@@ -474,11 +474,14 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
             running.append((r, proc, time.time()))
         time.sleep(POLL_S)
         for signum in signals[forwarded:]:  # in the loop, not the handler: no Popen call interrupted half-way
-            print(f"{signal.Signals(signum).name}: each running run saves and stops; the same command resumes")
+            print(
+                f"{signal.Signals(signum).name}: each running run saves and stops; the same command resumes", flush=True
+            )
             for _, proc, _ in running:
                 if proc.poll() is None:
                     proc.send_signal(signum)
             forwarded += 1
+            pending.clear()  # none starts after a stop
         for item in list(running):
             r, proc, started = item
             if proc.poll() is None:

@@ -505,8 +505,7 @@ def table1_paper(found: dict, random: dict[str, float]) -> tuple[dict[str, list[
     lines = [TABLE1_PAPER_HEAD, "|" + " --- |" * (TABLE1_PAPER_HEAD.count("|") - 1)]
     quoted = stats_figures("table1-paper", stats)
     for v in variants:
-        low, high = (float(x) for x in np.ravel(ci[v])) if v in ci else (math.nan, math.nan)
-        interval = f"[{low:.2f}, {high:.2f}]" if v in ci else "(runs to come)"
+        interval = "[{:.2f}, {:.2f}]".format(*np.ravel(ci[v])) if v in ci else "(runs to come)"
         score = f"{np.mean(scores[v]):.2f} {interval}"
         cells = f"{len(scores[v])} | {score} | {PAPER_TABLE1[v]:.2f} |{interval_cells(stats.get(v, {}))}"
         lines.append(f"| {TABLE1_NAMES[v]} | {cells}")

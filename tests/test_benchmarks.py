@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import cores
@@ -501,6 +502,48 @@ def test_a_stopped_grid_stops_its_runs_saved_and_the_same_command_resumes_them_t
         assert json.loads((folder / "summary.json").read_text())["global_step"] == budget
         steps = [step for step, _ in scalars(folder)["charts/SPS"]]  # one per iteration, each once, in order
         assert steps == [num_steps * k for k in range(1, budget // num_steps + 1)]
+
+
+STOPPED_RUN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT))  # EXIT: 143 a run that saved, 1 a save that failed
+open(f"ready{SEED}", "w").close()
+if SEED == 1:  # the stop, once both runs listen for it
+    while not os.path.exists("ready2"):
+        time.sleep(0.05)
+    os.kill(os.getppid(), signal.SIGTERM)
+time.sleep(600)
+"""
+
+
+@dataclass(frozen=True)
+class StoppedRun(grid.Run):
+    """A run of the ad-hoc grid whose process stops the grid and answers its SIGTERM with exit `code`."""
+
+    code: int = 143
+
+    def command(self, runs_dir: str) -> list[str]:
+        code = STOPPED_RUN.replace("EXIT", str(self.code)).replace("SEED", str(self.seed))
+        return [sys.executable, "-c", code]
+
+
+def test_a_run_that_fails_during_a_stop_is_reported_failed_and_the_grid_gives_back_the_signal_handlers(
+    tmp_path, capsys
+):
+    """Of two runs cut by a stop, the one that exits 128 + SIGTERM saved; one that exits otherwise failed, and the
+    grid says so (its checkpoint may be missing or broken). In-process: grid.run restores the handlers it found."""
+    before = {sig: signal.getsignal(sig) for sig in grid.STOP_SIGNALS}
+    runs = [
+        StoppedRun(grid.SEEDS_GRID, "stop", None, 1, None, ()),
+        StoppedRun(grid.SEEDS_GRID, "stop", None, 2, None, (), None, 1),
+    ]
+    with pytest.raises(SystemExit) as stop:
+        grid.run(runs, str(tmp_path / "runs"), parallel=2)
+    assert stop.value.code == 128 + signal.SIGTERM
+    out = capsys.readouterr().out
+    assert "saved default env seeds-stop seed 1: stopped with the grid" in out, out
+    assert "FAILED default env seeds-stop seed 2 (exit 1)" in out, out
+    assert {sig: signal.getsignal(sig) for sig in grid.STOP_SIGNALS} == before
 
 
 def run_variant(tmp_path: Path, variant: str) -> dict:

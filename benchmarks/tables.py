@@ -467,7 +467,8 @@ def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
         return []
     st = stats["default"]
     if st["seeds"] < 2:
-        return [f"{what}: one seed per env, too few for an interval ({st['runs']} runs)", ""]
+        runs = f"{st['runs']} run{'s' if st['runs'] > 1 else ''}"
+        return [f"{what}: one seed run on every env so far ({runs}), too few for an interval", ""]
     low, high = st["iqm_ci"]
     iqm = f"IQM of normalized scores ({zero_one}) {st['iqm']:.2f}, 95% CI [{low:.2f}, {high:.2f}]"
     return [f"{what}: {iqm}, {st['runs']} runs ({st['seeds']} seeds x {st['runs'] // st['seeds']} envs)", ""]
@@ -568,13 +569,10 @@ def study_stats(
 
 
 def results_stats(found: dict, envs: tuple, random: dict[str, float], reference: dict[str, float]) -> dict:
-    """The defaults' interval over the envs (of those with a reference) that have the most seeds: an env still
-    running its seeds leaves the others' seeds in."""
+    """The defaults' interval over every env with a run (of those with a reference), on the seeds each of them has
+    run: a seed still running on one env waits for it, so the interval never stands for a subset of the envs."""
     runs = {e: found[("default", e)] for e in envs if ("default", e) in found and e in reference}
-    most = max((len(r) for r in runs.values()), default=0)
-    return intervals(
-        {"default": score_matrix({e: r for e, r in runs.items() if len(r) == most}, random, reference)}, None
-    )
+    return intervals({"default": score_matrix(runs, random, reference)}, None)
 
 
 def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
@@ -701,14 +699,14 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         stats = results_stats(grids["mujoco"], grid.PAPER_ENVS, random, PPO2_MUJOCO)
         blocks["mujoco-paper-iqm"] = interval_line(
             stats,
-            "MuJoCo, the defaults on the PPO paper's seven tasks (those with the most seeds)",
+            "MuJoCo, the defaults on the PPO paper's seven tasks (the seeds run on every task)",
             "0 random, 1 baselines' ppo2 at 1M steps",
         )
         quoted |= stats_figures("paper7", stats)
         stats = results_stats(grids["mujoco"], grid.MUJOCO_ENVS, random, cleanrl)
         blocks["mujoco-cleanrl-iqm"] = interval_line(
             stats,
-            "MuJoCo, the defaults on the envs with a CleanRL figure (those with the most seeds)",
+            "MuJoCo, the defaults on the envs with a CleanRL figure (the seeds run on every task)",
             "0 random, 1 CleanRL's published return",
         )
         quoted |= stats_figures("cleanrl", stats)

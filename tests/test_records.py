@@ -249,7 +249,7 @@ def test_results_tables_show_the_last_100_on_mujoco_the_last_10_on_atari_interva
     assert "| PongNoFrameskip-v4 | 1 | 5.0 | - | -20.7 | 20.7 (10M) |" in out.stdout
     iqm = stats.trim_mean((cheetah + 100) / (1442 + 100), 0.25)  # 0 the random policy, 1 CleanRL's published mean
     assert f"(0 random, 1 CleanRL's published return) {iqm:.2f}, 95% CI [" in out.stdout and "3 runs" in out.stdout
-    assert "Atari, the defaults: one seed per env, too few for an interval (1 runs)" in out.stdout
+    assert "Atari, the defaults: one seed run on every env so far (1 run), too few for an interval" in out.stdout
     pong = np.array([-5.0, -10.0, 0.0])
     for seed, last_100 in ((2, pong[1]), (3, pong[2])):
         write_record(records, "atari", "PongNoFrameskip-v4", seed, 0.0, last_100)
@@ -271,17 +271,20 @@ def test_the_papers_seven_tasks_stand_beside_its_figures_and_baselines_and_are_s
     for seed in (1, 2, 3):
         write_record(records, "mujoco", "Reacher-v4", seed, 0.0, reacher[seed - 1])
         write_record(records, "mujoco", "Swimmer-v4", seed, 0.0, swimmer[seed - 1])
-    write_record(records, "mujoco", "InvertedPendulum-v4", 1, 0.0, 1000.0)  # its seeds 2 and 3 still to run: left out
+    write_record(records, "mujoco", "InvertedPendulum-v4", 1, 0.0, 1000.0)  # its seeds 2 and 3 still to run
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    assert out.returncode == 0, out.stderr  # no interval over the tasks that ran more seeds, as if they were all
+    assert "seven tasks (the seeds run on every task): one seed run on every env so far (3 runs), too few" in out.stdout
+    write_record(records, "mujoco", "InvertedPendulum-v4", 2, 0.0, 900.0)  # seed 3 still to run: left out everywhere
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
     assert f"| Reacher-v4 | 3 | {reacher.mean():.0f} +- {reacher.std():.0f} | - | - | - | ~-7 | -6.71 |" in out.stdout
     assert f"| Swimmer-v4 | 3 | {swimmer.mean():.0f} +- {swimmer.std():.0f} | - | - | - | ~110 | 111.2 |" in out.stdout
-    scores = np.concatenate([(reacher + 43.0) / (-6.71 + 43.0), swimmer / 111.2])  # 0 random, 1 ppo2's figure
+    pendulum = (np.array([1000.0, 900.0]) - 5.0) / (809.4 - 5.0)  # ppo2 InvertedPendulum-v4: 809.4
+    scores = np.concatenate([(reacher[:2] + 43.0) / (-6.71 + 43.0), swimmer[:2] / 111.2, pendulum])  # 0 random, 1 ppo2
     iqm = stats.trim_mean(scores, 0.25)
-    line = (
-        "the PPO paper's seven tasks (those with the most seeds): IQM of normalized scores (0 random, 1 baselines' ppo2"
-    )
-    assert f"{line} at 1M steps) {iqm:.2f}, 95% CI [" in out.stdout and ", 6 runs (3 seeds x 2 envs)" in out.stdout
+    line = "the PPO paper's seven tasks (the seeds run on every task): IQM of normalized scores (0 random, 1 baselines'"
+    assert f"{line} ppo2 at 1M steps) {iqm:.2f}, 95% CI [" in out.stdout and ", 6 runs (2 seeds x 3 envs)" in out.stdout
 
 
 def test_table1_at_1m_takes_its_clip_02_row_from_the_mujoco_grid_and_scores_every_row_against_it(tmp_path):
@@ -526,7 +529,10 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert breakout[5:8] == ["414.66 +- 28.09", "406.57 +- 31.55", "274.8"]  # CleanRL, ppo2, the paper's Table 6
     assert breakout[8] == f"10.0 ({9_999_360 / 36_000:.0f}) |"  # the training time of every process, not the last
     assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"] and rows["PongNoFrameskip-v4"][8] == "1.0 (2778) |"
-    assert "One seed a game so far" in table and "Atari at 10M steps, the defaults: one seed per env" in out.stdout
+    assert (
+        "One seed a game so far" in table
+        and "Atari at 10M steps, the defaults: one seed run on every env so far (2 runs)" in out.stdout
+    )
     assert "Hours of training and steps per second on a CPU not recorded" in table
     summary = "At 10M steps, 1 seed a game (2 runs), the last 100 games: Breakout 301.7 (CleanRL 414.66 +- 28.09); "
     summary += "Pong 19.0 (CleanRL"
@@ -539,6 +545,8 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert "One seed a game so far" not in out.stdout and "on AMD EPYC, a CPU not recorded" in out.stdout
     assert "At 10M steps, 1 to 2 seeds a game (3 runs), the last 100 games: Breakout 301.7 (CleanRL" in out.stdout
+    # Pong's two seeds are no interval for the games: Breakout has run one
+    assert "Atari at 10M steps, the defaults: one seed run on every env so far (2 runs), too few" in out.stdout
 
 
 def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_over_all_of_training(tmp_path):

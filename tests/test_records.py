@@ -29,6 +29,7 @@ def fake_run(runs_dir: Path, env_id: str, exp_name: str, seed: int, returns: lis
         writer.add_scalar("charts/episodic_return", value, (i + 1) * 1000)
     writer.close()
     summary = {"global_step": len(returns) * 1000, "mean_return_last_10": float(np.mean(returns[-10:]))}
+    summary |= {"wall_time_s": 123.0}
     (folder / "summary.json").write_text(json.dumps(summary | {"eval_mean_return": returns[-1] + 1, "sps": 100.0}))
     (folder / "eval.json").write_text(json.dumps({"returns": [returns[-1] + 1] * 2}))
     return folder
@@ -52,6 +53,7 @@ def test_records_of_finished_runs_give_tables_the_same_figures_once_the_run_fold
     assert len(list(records.glob("*__table1-*.json"))) == 18
     record = json.loads((records / "Hopper-v4__table1-clip-0.3__2.json").read_text())
     assert record["steps"] == 150_000 and record["eval_returns"] == [356.0, 356.0] and record["sps"] == 100.0
+    assert record["eval"] == 356.0 and record["wall_time_s"] == 123.0  # summary.json's greedy mean, its wall time
     assert record["last_100"] == pytest.approx(np.mean([206.0 + k for k in range(50, 150)]))
     assert len(record["curve"]) == grid.CURVE_POINTS and record["curve"][0] == [1500, 206.5]  # mean step, mean return
     assert len((records / "Hopper-v4__table1-clip-0.3__2.json").read_bytes()) < 8000  # a few KB
@@ -341,7 +343,8 @@ def test_table1_at_the_papers_scale_scores_every_setting_as_the_paper_does_and_s
     here = out.stdout.split("Here, the settings with all their runs: ")[1].split("\n")[0]
     assert here.startswith("clip 0.1 (1.00) > ") and here.endswith(f" > no clipping or penalty ({102 / 2002:.2f}).")
     assert (
-        "231 of 231 runs so far): of the 10 other settings with all their runs, 1 scored above clip 0.2" in out.stdout
+        "231 of 231 runs so far): of the 10 other settings with all their runs, 1 scored above clip 0.2 where the "
+        "intervals separate, 8 below, 1 not separated: clip 0.2 is not the best so far." in out.stdout
     )
     assert "clip 0.2 is not the best so far." in out.stdout
 
@@ -349,12 +352,16 @@ def test_table1_at_the_papers_scale_scores_every_setting_as_the_paper_does_and_s
     for seed in (2, 3):  # they have, no interval and no verdict until their 21 runs land
         for env_id in grid.PAPER_ENVS:  # seed 1 alone on every task
             (records / f"{env_id}__table1-1m-none__{seed}.json").unlink()
+    for seed in (1, 2, 3):  # a setting with no run on one task: no IQM nor P(better) over the six it has
+        (records / f"Swimmer-v4__table1-1m-kl-fixed-10__{seed}.json").unlink()
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
+    beta_10 = next(line for line in out.stdout.splitlines() if line.startswith("| fixed KL, beta = 10 | 18 | "))
+    assert beta_10.endswith(" | 0.69 | - | - | - |")  # scored over the 18 runs it has; no IQM, no P(better)
     assert "| clipping, eps = 0.1 | 20 | 1.00 (runs to come) | 0.76 |" in out.stdout  # not over its 14 on every task
     assert f"| no clipping or penalty | 7 | {101 / 2002:.2f} (runs to come) | -0.39 |" in out.stdout  # nor of width 0
-    assert "runs still to come no clipping or penalty; clip 0.1." in out.stdout
-    assert "of the 8 other settings with all their runs, 0 scored above" in out.stdout
+    assert "runs still to come no clipping or penalty; clip 0.1; fixed KL 10." in out.stdout
+    assert "of the 7 other settings with all their runs, 0 scored above" in out.stdout
     assert "clip 0.2 is the best as far as the intervals carry so far." in out.stdout
 
 
@@ -547,6 +554,14 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert "At 10M steps, 1 to 2 seeds a game (3 runs), the last 100 games: Breakout 301.7 (CleanRL" in out.stdout
     # Pong's two seeds are no interval for the games: Breakout has run one
     assert "Atari at 10M steps, the defaults: one seed run on every env so far (2 runs), too few" in out.stdout
+    first = json.loads((records / "BreakoutNoFrameskip-v4__atari-10m-default__1.json").read_text())
+    run = grid.Run("atari-10m", "default", "BreakoutNoFrameskip-v4", 2, None, ())
+    Path(grid.record_path(run, str(records))).write_text(json.dumps(first | {"seed": 2, "last_100": 250.0}))
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))  # two seeds a game: an interval
+    breakout, pong = (np.array([301.7, 250.0]) - 1.7) / (31.8 - 1.7), (19.0 + 20.7) / (9.3 + 20.7)  # 0 random, 1 human
+    iqm = stats.trim_mean(np.concatenate([breakout, [pong, pong]]), 0.25)
+    line = "Atari at 10M steps, the defaults: IQM of normalized scores (0 random agent, 1 human, Mnih et al. 2015) "
+    assert f"{line}{iqm:.2f}, 95% CI [" in out.stdout and "4 runs (2 seeds x 2 envs)" in out.stdout, out.stdout
 
 
 def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_over_all_of_training(tmp_path):
@@ -622,6 +637,12 @@ def test_a_record_made_with_other_flags_than_its_grid_now_gives_is_refused_in_on
     path = Path(grid.record_path(run, str(records)))
     path.write_text(json.dumps(record | {"steps": 1000, "last_10": 1.0, "last_100": 1.0, "eval": None, "curve": None}))
     assert grid.read_record(run, str(records))["flags"] == list(run.flags)  # its own setting: read
+    original = path.read_text()
+    for key, other in (("grid", "mujoco"), ("variant", "default"), ("env_id", "Hopper-v4"), ("seed", 9)):
+        path.write_text(json.dumps(json.loads(original) | {key: other}))  # a record of another run under its name
+        with pytest.raises(grid.RecordMismatch, match=rf"was made with {key} {other}; the grid now runs {key} "):
+            grid.read_record(run, str(records))
+    path.write_text(original)
     path.write_text(json.dumps(json.loads(path.read_text()) | {"flags": ["--gamma", "0.9"]}))  # another setting's
     with pytest.raises(
         grid.RecordMismatch,
@@ -649,3 +670,14 @@ def test_a_record_made_with_another_patch_than_its_variant_now_has_is_refused(tm
     path = Path(grid.record_path(plain, str(tmp_path)))
     path.write_text(json.dumps(record | {"variant": plain.variant, "flags": list(plain.flags)}))
     assert grid.read_record(plain, str(tmp_path))["variant"] == "clip-vloss"  # no patch, none recorded: read
+
+
+def test_a_setting_below_the_random_policy_scores_negative_and_only_the_best_below_it_is_refused():
+    """The paper's 'no clipping' row is -0.39: a setting under the random policy is scored, below 0. Only where the
+    best setting itself is no better than random would every score flip sign: one line and exit."""
+    found = {("clip-0.2", "Hopper-v4"): [{"seed": 1, "last_100": 300.0}]}
+    found[("none", "Hopper-v4")] = [{"seed": 1, "last_100": -100.0}]
+    scores = tables.normalized_scores(found, ["clip-0.2", "none"], {"Hopper-v4": 0.0}, ("Hopper-v4",))
+    assert scores == {"clip-0.2": [1.0], "none": [pytest.approx(-1 / 3)]}
+    with pytest.raises(SystemExit, match="no setting beats the random policy on Hopper-v4"):
+        tables.normalized_scores(found, ["clip-0.2", "none"], {"Hopper-v4": 300.0}, ("Hopper-v4",))

@@ -440,7 +440,7 @@ class EnvState:
 @torch.inference_mode()  # no autograd bookkeeping at all: cheaper per call than no_grad
 def collect_rollout(
     envs: VectorEnv, agent: Agent, buf: Rollout, state: EnvState, device: torch.device
-) -> tuple[EnvState, list[tuple[float, int]]]:
+) -> tuple[EnvState, list[tuple[float, int, int]]]:
     """Run the policy for T steps in every env, filling buf. Returns the new state and the
     finished episodes' raw (return, length, rollout step at which each ended)."""
     num_steps = buf.obs.shape[0]

@@ -919,6 +919,24 @@ def test_a_second_signal_quits_at_once_under_python_and_is_one_stop_under_torchr
     assert under_python.signum == signal.SIGTERM and exits == [128 + signal.SIGINT]
 
 
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_a_stopped_run_closes_with_sigint_and_sigterm_ignored_and_exits_128_plus_the_signal(module, tmp_path):
+    """After its checkpoint a stopped run closes its logs and envs: no later signal (torchrun's SIGTERM to every
+    worker once one has exited, a second Ctrl-C) may cut that short, so both are ignored before the closing."""
+    closed, before = [], {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    seen = types.SimpleNamespace(close=lambda: closed.append({s: signal.getsignal(s) for s in before}))
+    try:
+        with pytest.raises(SystemExit) as stop:
+            module.stop_on_signal(signal.SIGTERM, seen, seen, module.Args(), str(tmp_path))
+        after = {sig: signal.getsignal(sig) for sig in before}
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert stop.value.code == 128 + signal.SIGTERM
+    ignored = {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+    assert closed == [ignored, ignored] and after == ignored  # already while the log and the envs close
+
+
 def test_a_resumed_runs_speed_counts_only_the_steps_it_ran_itself(tmp_path, monkeypatch):
     args = C.Args(env_id="Pendulum-v1", num_steps=256)
     progress = {"global_step": 1000, "iteration": 4, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}

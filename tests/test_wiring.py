@@ -4,6 +4,7 @@ given; nothing is stubbed out."""
 
 import dataclasses
 import json
+import random
 import sys
 import time
 import types
@@ -245,6 +246,24 @@ def test_the_same_seed_repeats_envs_weights_actions_and_result_and_another_seed_
         assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
         assert not np.allclose(np.asarray(a[key]), np.asarray(c[key])), key  # env, torch and sampling seeds
     assert all(torch.equal(a["final"][k], b["final"][k]) for k in a["final"])
+
+
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_seed_seeds_python_numpy_and_torch_global_streams(module, monkeypatch):
+    """--seed promises python's, numpy's and torch's streams (a user's env may draw from any of them)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # plain python: the streams start from --seed itself
+
+    def draws() -> tuple:
+        return random.random(), np.random.rand(), torch.rand(1).item()  # noqa: NPY002
+
+    random.seed(7), np.random.seed(7), torch.manual_seed(7)  # noqa: NPY002
+    expected = draws()
+    for seed in (1, 7):  # another seed first: every stream must be reseeded, not merely left where it was
+        module.seed_everything(module.Args(seed=seed))
+        got = draws()
+    assert got == expected
+    module.seed_everything(module.Args(seed=8))
+    assert all(a != b for a, b in zip(draws(), expected))
 
 
 def test_cuda_is_used_when_asked_and_available_and_torch_deterministic_sets_cudnn(monkeypatch):

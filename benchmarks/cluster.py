@@ -356,10 +356,10 @@ def check(options, given_dir: str | None, flag: str) -> str | None:
             return f"--time {options.time}: at least one minute"
     except ValueError:
         return f"--time {options.time}: give MINUTES or [DAYS-]HOURS:MINUTES:SECONDS"
-    for name in ("cpus_per_task", "max_running", "max_timeouts"):
+    for name, least in (("cpus_per_task", 1), ("max_running", 1), ("max_timeouts", 0)):
         value = getattr(options, name, None)
-        if value is not None and value < (0 if name == "max_timeouts" else 1):
-            return f"--{name.replace('_', '-')} must be positive, got {value}"
+        if value is not None and value < least:
+            return f"--{name.replace('_', '-')} must be at least {least}, got {value}"
     for tool in ("sbatch", "squeue", "scontrol"):
         if shutil.which(tool) is None:
             return f"{flag}: no {tool} on this machine's PATH (submit from a machine of the cluster)"

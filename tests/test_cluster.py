@@ -123,6 +123,10 @@ def test_slurm_input_that_cannot_work_is_one_line_and_exit_2_with_nothing_made(t
             ["run", "--slurm", "--dir", d, "--max-running", "0", *flags],
             "--max-running",
         ),
+        "fewer requeues than none": (
+            ["run", "--slurm", "--dir", d, "--max-timeouts", "-1", *flags],
+            "--max-timeouts must be at least 0",
+        ),
     }
     for name, (args, says) in cases.items():
         env = ENV | ({"PATH": os.path.dirname(sys.executable)} if name == "no sbatch" else {})
@@ -296,6 +300,8 @@ def test_each_worker_runs_the_study_the_submitter_was_given(tmp_path, monkeypatc
     assert url == str(tmp_path / "s.log") and set(mine) | slurm_only == set(vars(args))
     defaults = tune.worker_argv(argparse_copy(args, threads=None), fixed, url, str(tmp_path))
     assert defaults[defaults.index("--threads") + 1] == "2"  # the task's 4 CPUs over 2 seeds
+    one_cpu = tune.worker_argv(argparse_copy(args, threads=None, cpus_per_task=1), fixed, url, str(tmp_path))
+    assert one_cpu[one_cpu.index("--threads") + 1] == "1"  # never 0 threads: 1 CPU over 2 seeds is 1 each
 
 
 def argparse_copy(args, **changes):
@@ -327,15 +333,13 @@ def test_status_shows_a_queued_run_with_its_job_and_steps_and_a_cancelled_one_as
     assert line.startswith("cut") and f"job {job} left the queue unfinished" in line, line
 
 
-def test_a_submission_takes_the_runs_not_done_recorded_or_queued_with_every_option_given(tmp_path, monkeypatch):
-    """grid.py's --slurm branch down to submitit's executor (a stand-in: no cluster needed): which runs become
-    tasks, with --commit, and which options reach the array."""
+def stand_in_executor(monkeypatch) -> dict:
+    """submitit's SlurmExecutor replaced by one that keeps what it was given (no cluster needed): the tasks, the
+    requeue count and the array's parameters; the submission checks pass."""
     import contextlib
     import types
 
-    import grid
     import submitit
-    from test_records import fake_run
 
     made: dict = {"tasks": []}
 
@@ -356,6 +360,16 @@ def test_a_submission_takes_the_runs_not_done_recorded_or_queued_with_every_opti
 
     monkeypatch.setattr(submitit, "SlurmExecutor", Executor)
     monkeypatch.setattr(cluster, "check", lambda *a: None)
+    return made
+
+
+def test_a_submission_takes_the_runs_not_done_recorded_or_queued_with_every_option_given(tmp_path, monkeypatch):
+    """grid.py's --slurm branch down to submitit's executor (a stand-in: no cluster needed): which runs become
+    tasks, with --commit, and which options reach the array."""
+    import grid
+    from test_records import fake_run
+
+    made = stand_in_executor(monkeypatch)
     monkeypatch.setattr(cluster, "queued", lambda job: "PENDING" if job == "5_0" else None)
     runs = sorted(grid.grid_runs("mujoco"), key=lambda r: r.seed)
     records, runs_dir = tmp_path / "records", tmp_path / "shared" / "runs"
@@ -388,3 +402,139 @@ def test_a_script_that_exits_0_without_its_summary_is_a_failed_run_not_a_done_on
     with pytest.raises(RuntimeError, match="without summary.json"):
         task()
     assert cluster.read_state(task.runs_dir, run)["state"] == "failed"
+
+
+def test_an_array_gets_240_minutes_unless_told_and_a_one_minute_limit_is_warned_a_quarter_of_it_before(
+    tmp_path, monkeypatch
+):
+    """--time's default is Slurm's 240 minutes (not "4:00", which Slurm reads as four minutes); the warning never
+    takes the whole of a short limit (cluster.warning_s)."""
+    import grid
+
+    made = stand_in_executor(monkeypatch)
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    flags = ["--seeds", "1", "--", *POINTMASS]
+    grid.main(["run", "--slurm", "--dir", str(tmp_path / "a"), *flags])
+    assert made["parameters"]["time"] == 240 and made["parameters"]["signal_delay_s"] == cluster.SIGNAL_DELAY_S
+    grid.main(["run", "--slurm", "--dir", str(tmp_path / "b"), "--time", "1", *flags])
+    assert made["parameters"]["time"] == 1 and made["parameters"]["signal_delay_s"] == 15  # warned 15-45 s in
+
+
+def test_wait_counts_every_submitted_run_that_did_not_finish_and_says_each_ones_end(tmp_path, monkeypatch, capsys):
+    import grid
+
+    monkeypatch.setattr(cluster, "wait_jobs", lambda jobs: None)  # every job has left the queue
+    runs = grid.seed_runs("ppo_continuous.py", [1, 2, 3, 4, 5], ["--env-id", "X-v0"])
+    runs_dir = str(tmp_path / "runs")
+    ends = [
+        {"state": "done", "landed": "rec.json"},
+        {"state": "failed", "line": "ValueError: boom"},
+        {"state": "requeued"},
+        {"state": "stopped"},
+    ]  # fmt: skip; the fifth run was never submitted
+    for run, end in zip(runs, ends):
+        cluster.write_state(runs_dir, run, job="9_0", **end)
+    assert cluster.wait([], runs, runs_dir) == 3
+    said = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in said] == ["done", "FAILED", "NOT", "NOT"]
+    assert said[1].endswith("ValueError: boom") and "requeued" in said[2] and "stopped" in said[3]
+
+
+def test_a_failed_runs_line_is_the_last_its_log_says(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("starting\n 10%|#  | 256/2048\r 20%|## | 512/2048\nTraceback (most recent call last):\n"
+                   "  File x\nValueError: boom\n\n  \n")  # fmt: skip
+    assert cluster.last_line(str(log)) == "ValueError: boom"
+    assert cluster.last_line(str(tmp_path / "none.log")) == ""
+
+
+def test_status_of_a_submitted_run_says_pending_or_running_as_squeue_does_and_cut_once_it_left(tmp_path, monkeypatch):
+    import grid
+
+    (run,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X-v0"])
+    runs_dir = str(tmp_path / "runs")
+    assert cluster.where(run, runs_dir) == ("missing", "not submitted")
+    cluster.write_state(runs_dir, run, state="pending", job="9_0")
+    for squeue, shown in (("PENDING", "pending"), ("RUNNING", "running"), ("COMPLETING", "pending"), (None, "cut")):
+        monkeypatch.setattr(cluster, "queued", lambda job, squeue=squeue: squeue)
+        state, found = cluster.where(run, runs_dir)
+        assert state == shown and found.startswith("job 9_0"), (squeue, state, found)
+
+
+def test_status_of_a_slurm_grid_shows_a_recorded_run_as_recorded(tmp_path, capsys):
+    """A run recorded (here, or by a task that landed it) whose folder is gone: recorded, not missing."""
+    import grid
+
+    (run,) = [r for r in grid.grid_runs("mujoco") if grid.read_record(r) is not None][:1]
+    (tmp_path / "slurm").mkdir()  # a folder a --slurm grid was submitted to
+    records = tmp_path / "records"
+    records.mkdir()
+    shutil.copy(grid.record_path(run), records)
+    grid.main(["status", "mujoco", "--dir", str(tmp_path), "--records", str(records)])
+    shown = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert shown == {"recorded", "missing"}
+
+
+def test_a_task_gives_its_script_the_tasks_cpus_as_threads_and_shields_it_from_slurms_warning(tmp_path, monkeypatch):
+    """OMP_NUM_THREADS is SLURM_CPUS_PER_TASK, whatever the submitter's was; SIGUSR2 (sent to every process of the
+    step) is ignored by the script, of a grid's task and of a study's worker alike: the task stops it saved."""
+    import grid
+
+    probe = "import os, signal; print('threads', os.environ['OMP_NUM_THREADS'], 'usr2 ignored', " \
+            "signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN, file=open({out!r}, 'w'))"  # fmt: skip
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = grid.Run(grid.SEEDS_GRID, "probe", "pointmass:PointMass-v0", 1, None, ())
+    out = tmp_path / "task.txt"
+    command = [sys.executable, "-c", probe.format(out=str(out))]
+    monkeypatch.setattr(run.__class__, "command", lambda self, runs_dir: command)
+    with pytest.raises(RuntimeError, match="without summary.json"):
+        cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=False)()
+    assert out.read_text() == "threads 4 usr2 ignored True\n"
+    (tmp_path / "tune.py").write_text(f"import sys\n{probe.format(out=str(tmp_path / 'worker.txt'))}\n")
+    monkeypatch.setattr(cluster, "__file__", str(tmp_path / "cluster.py"))  # the worker runs tmp_path/tune.py
+    assert cluster.Worker(["run"])().startswith("worker ")
+    assert (tmp_path / "worker.txt").read_text().endswith(" usr2 ignored True\n")  # its threads: tune's --threads
+
+
+def test_a_server_study_made_otherwise_is_refused_before_any_worker_is_queued(tmp_path, monkeypatch, capsys):
+    """A PostgreSQL or MySQL storage has no file to look for: the study there is checked against these settings
+    always, before the array is submitted (the workers would all fail on it)."""
+    import tune
+
+    opened, submitted = [], []
+
+    def made_otherwise(url, name, settings):
+        opened.append(url)
+        raise tune.BadInput(f"study {name!r} was made with other settings (seeds [1]): give them again, or a new")
+
+    monkeypatch.setattr(cluster, "check", lambda *a: None)
+    monkeypatch.setattr(tune, "open_study", made_otherwise)
+    monkeypatch.setattr(cluster, "submit_array", lambda *a: submitted.append(a))
+    url = "postgresql://tuner@db.cluster/studies"
+    with pytest.raises(SystemExit) as end:
+        tune.main(["run", *TUNE_FLAGS, "--dir", str(tmp_path), "--storage", url, "--slurm-workers", "2", *TUNE_FIXED])
+    assert end.value.code == 2 and opened == [url] and not submitted
+    assert capsys.readouterr().err.startswith("error: study 'pm' was made with other settings")
+
+
+def test_waiting_for_workers_of_which_one_failed_ends_with_exit_1_and_its_line(tmp_path, monkeypatch, capsys):
+    import types
+
+    import tune
+
+    def failed():
+        raise RuntimeError("Traceback ...\nRuntimeError: tune.py exit 2: error: cannot open the storage x")
+
+    jobs = [types.SimpleNamespace(job_id="5_0", result=lambda: "worker 5_0: the study has its trials"),
+            types.SimpleNamespace(job_id="5_1", result=failed)]  # fmt: skip
+    monkeypatch.setattr(cluster, "check", lambda *a: None)
+    monkeypatch.setattr(cluster, "submit_array", lambda *a: jobs)
+    monkeypatch.setattr(cluster, "wait_jobs", lambda jobs: None)  # both have left the queue
+    monkeypatch.setattr(tune, "load_study", lambda name, storage, create: None)  # the study the workers made
+    monkeypatch.setattr(tune, "show", lambda study, out_dir: None)
+    with pytest.raises(SystemExit) as end:
+        tune.main(["run", *TUNE_FLAGS, "--dir", str(tmp_path), "--slurm-workers", "2", "--wait", *TUNE_FIXED])
+    said = capsys.readouterr()
+    assert end.value.code == 1 and said.err == "error: 1 of 2 workers failed\n"
+    assert "FAILED worker 5_1: tune.py exit 2: error: cannot open the storage x" in said.out.splitlines()

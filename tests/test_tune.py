@@ -212,9 +212,11 @@ def hparams_of(run_dir: Path) -> dict:
 def test_a_worker_killed_outright_stops_its_runs_and_the_heartbeat_queues_its_trial_again(tmp_path):
     name, grace = f"k{os.getpid()}", 2  # its processes are looked for by name, machine-wide
     lowered = f"tune.HEARTBEAT_S, tune.HEARTBEAT_GRACE_S = 1, {grace}"  # from 60 and 180 seconds
-    command = in_python(tmp_path, "run", "--study", name, "--trials", "1", LR, "--", *TINY, before=lowered)
+    command = in_python(tmp_path, "run", "--study", name, "--trials", "1", LR, "--", *LONG, before=lowered)
     worker = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_until(lambda: list(tmp_path.glob(f"runs/*__{name}-trial0__1__*")), "trial 0's run", worker)
+    # a checkpoint: the run is in its loop, its handler set (its folder is made before: a kill then ends it unsaid)
+    saved = lambda: list(tmp_path.glob(f"runs/*__{name}-trial0__1__*/checkpoint.pt"))
+    wait_until(saved, "trial 0's checkpoint", worker)
     worker.kill()  # SIGKILL: no handler, no cleanup
     worker.communicate(timeout=HANG_TIMEOUT)
     killed = time.monotonic()
@@ -301,6 +303,14 @@ def test_workers_started_in_one_instant_with_other_settings_make_one_study_with_
     (study,) = optuna.get_all_study_summaries(tune.open_storage(storage))
     (low,) = [low for low, (_, code) in zip(lows, outs) if code == 0]
     assert study.user_attrs["settings"]["space"][0]["low"] == float(low)  # the settings of the one that went on
+
+
+def test_an_rdb_storage_beats_every_minute_and_queues_a_trial_again_after_three_silent_ones(tmp_path):
+    """The heartbeat the docs state: a running trial beats every HEARTBEAT_S; one silent for HEARTBEAT_GRACE_S (three
+    beats missed, not one: a loaded node may be late) is failed and queued again by the next worker."""
+    storage = tune.open_storage(f"sqlite:///{tmp_path}/s.db")
+    assert (storage.heartbeat_interval, storage.grace_period) == (tune.HEARTBEAT_S, tune.HEARTBEAT_GRACE_S) == (60, 180)
+    assert isinstance(storage.failed_trial_callback, optuna.storages.RetryHeartbeatStaleTrialCallback)
 
 
 def test_a_server_storage_whose_tables_another_worker_was_making_is_opened_again(monkeypatch):

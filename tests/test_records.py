@@ -719,8 +719,8 @@ def test_atari_at_10m_takes_a_recorded_mean_over_all_of_training_even_when_it_is
 
 
 def test_table1_at_the_papers_scale_bootstraps_within_each_task_and_judges_a_setting_over_all_seven(monkeypatch):
-    """clip 0.2 scores 0.1 to 0.7 by task, its seeds nearly equal: resampled within each task (rliable's stratified
-    bootstrap) its interval has no width at two decimals. clip 0.3 beats it on four tasks of seven, not on the three
+    """clip 0.2 scores 0.1 to 0.7 by task, its seeds close: resampled within each task (rliable's stratified
+    bootstrap) its interval is narrow. clip 0.3 beats it on four tasks of seven, not on the three
     small ones: better over the seven, as the paper's table weighs them."""
     monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)
     found: dict = {}
@@ -732,8 +732,9 @@ def test_table1_at_the_papers_scale_bootstraps_within_each_task_and_judges_a_set
                 ("clip-0.2", 200.0 * (k + 1)),
                 ("clip-0.3", 200.0 * (k + 1) + margin),
             ):
-                found.setdefault((variant, env_id), []).append({"seed": seed, "last_100": value + seed})
+                found.setdefault((variant, env_id), []).append({"seed": seed, "last_100": value + 30.0 * seed})
     blocks, _ = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
     rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:] for line in blocks["table1-paper"][2:-1]}
-    assert rows["clipping, eps = 0.2 (default)"][1] == f"{802 / 2002:.2f} [0.40, 0.40]"  # not 0.1-0.7 pooled
+    score, low, high = map(float, rows["clipping, eps = 0.2 (default)"][1].strip("]").replace("[", ",").split(","))
+    assert score == round(860 / 2060, 2) and low < score < high < low + 0.05  # pooled, 0.1-0.7 would give +- 0.09
     assert rows["clipping, eps = 0.3"][-1] == "better |"  # P(better) 4/7 over the seven tasks; 0 over the small three

@@ -725,16 +725,16 @@ def test_table1_at_the_papers_scale_bootstraps_within_each_task_and_judges_a_set
     monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)
     found: dict = {}
     for k, env_id in enumerate(grid.PAPER_ENVS):
-        margin = -100.0 if env_id in grid.SMALL_ENVS else 100.0
+        margin = -200.0 if env_id in grid.SMALL_ENVS else 200.0
         for seed in grid.STUDY_SEEDS:
             for variant, value in (
                 ("clip-0.1", 2000.0),
                 ("clip-0.2", 200.0 * (k + 1)),
                 ("clip-0.3", 200.0 * (k + 1) + margin),
             ):
-                found.setdefault((variant, env_id), []).append({"seed": seed, "last_100": value + 30.0 * seed})
+                found.setdefault((variant, env_id), []).append({"seed": seed, "last_100": value + 60.0 * seed})
     blocks, _ = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
     rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:] for line in blocks["table1-paper"][2:-1]}
     score, low, high = map(float, rows["clipping, eps = 0.2 (default)"][1].strip("]").replace("[", ",").split(","))
-    assert score == round(860 / 2060, 2) and low < score < high < low + 0.05  # pooled, 0.1-0.7 would give +- 0.09
+    assert score == round(920 / 2120, 2) and low < score < high < low + 0.06  # pooled, 0.1-0.7 would give +- 0.09
     assert rows["clipping, eps = 0.3"][-1] == "better |"  # P(better) 4/7 over the seven tasks; 0 over the small three

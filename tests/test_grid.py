@@ -1,0 +1,185 @@
+"""grid.py's local runs by their effect, in this process and on stand-in scripts (seconds, no training): the order
+runs start in, what counts as done and is recorded, which flags an ad-hoc grid refuses, the report, a record's
+commit, status and record over the named grids, the minutes a run took, the pages after a record not committed, and
+the exit of a grid stopped by a signal."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import grid
+import pytest
+from conftest import HANG_TIMEOUT, ROOT
+
+
+def finished_run(runs_dir: Path, env_id: str, exp_name: str, seed: int, summary: dict | None = None) -> Path:
+    """A finished run folder as the scripts write it: one episode in TensorBoard, a checkpoint, summary.json."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = runs_dir / f"{env_id}__{exp_name}__{seed}__1700000000"
+    writer = SummaryWriter(str(folder))
+    writer.add_scalar("charts/episodic_return", 1.0, 1000)
+    writer.close()
+    (folder / "checkpoint.pt").write_bytes(b"")
+    summary = {"global_step": 1000, "mean_return_last_10": 1.0, "sps": 100.0} | (summary or {})
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+# a script run by grid.py: logs its argv, writes a run folder; "-crash" runs finish their summary, then exit 3
+LOGGING_SCRIPT = """
+import json, os, sys
+argv = sys.argv[1:]
+with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+name = "__".join(argv[argv.index(flag) + 1] for flag in ("--env-id", "--exp-name", "--seed"))
+folder = os.path.join("runs", name + "__1700000000")
+os.makedirs(folder)
+open(os.path.join(folder, "checkpoint.pt"), "w").close()
+open(os.path.join(folder, "summary.json"), "w").write("{}")
+if "-crash__" in folder:
+    sys.exit(3)
+"""
+
+
+@pytest.fixture
+def fake_repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "ppo_continuous.py").write_text(LOGGING_SCRIPT)
+    monkeypatch.setattr(grid, "ROOT", str(repo))
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    return repo
+
+
+def test_grid_starts_its_runs_in_the_grids_order_first_seeds_before_second(fake_repo, tmp_path):
+    grid.main(["--seeds", "1", "2", "3", "--name", "order", "--dir", str(tmp_path / "there"), "--", "--env-id", "X"])
+    calls = [json.loads(line) for line in (fake_repo / "calls.jsonl").read_text().splitlines()]
+    assert [c[c.index("--seed") + 1] for c in calls] == ["1", "2", "3"]
+
+
+def test_a_run_that_exits_non_zero_is_failed_and_unrecorded_even_with_a_summary(fake_repo, tmp_path, capsys):
+    records = tmp_path / "records"
+    crashed = grid.Run("table1", "crash", "Hopper-v4", 1, 2048, ())
+    assert grid.run([crashed], str(tmp_path / "evidence" / "runs"), parallel=1, records_dir=str(records)) == 1
+    assert "FAILED Hopper-v4 table1-crash seed 1 (exit 3)" in capsys.readouterr().out
+    assert not records.exists() or not list(records.iterdir())
+
+
+@pytest.mark.parametrize("flag", [["--resume", "runs/x/checkpoint.pt"], ["--resume=runs/x/checkpoint.pt"]])
+def test_an_ad_hoc_grid_refuses_resume_after_the_dashes_as_grid_pys_own(flag, monkeypatch, capsys):
+    monkeypatch.setattr(grid, "run", lambda *a, **k: sys.exit("error: started runs it should have refused"))
+    with pytest.raises(SystemExit):
+        grid.main(["--seeds", "1", "--", "--env-id", "Hopper-v4", *flag])
+    assert "are grid.py's to set" in capsys.readouterr().err
+
+
+def test_an_ad_hoc_grids_report_gives_the_median_sps_of_its_seeds(tmp_path, capsys):
+    runs = grid.seed_runs("ppo_continuous.py", [1, 2, 3], ["--env-id", "Hopper-v4"], "m")
+    for seed, sps in ((1, 100.0), (2, 100.0), (3, 400.0)):
+        finished_run(tmp_path, "Hopper-v4", "seeds-m", seed, {"sps": sps})
+    grid.report_seeds(runs, str(tmp_path))
+    assert "; median SPS 100" in capsys.readouterr().out  # not the mean, 200
+
+
+def test_a_records_commit_says_changes_when_grid_py_differs_from_it(tmp_path, monkeypatch):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=HANG_TIMEOUT)
+    monkeypatch.setattr(grid, "ROOT", str(clone))
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    with open(clone / "benchmarks" / "grid.py", "a") as f:
+        f.write("\n# a change\n")
+    assert grid.code_version("ppo_continuous.py") == head.stdout.strip() + "+changes"
+
+
+def test_a_records_commit_is_that_of_its_own_script(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid, "code_version", lambda script: f"version of {script}")
+    folder = finished_run(tmp_path, "BreakoutNoFrameskip-v4", "atari-default", 1)
+    record = grid.make_record(grid.grid_runs("atari")[0], str(folder))
+    assert record["script"] == "ppo_atari.py" and record["commit"] == "version of ppo_atari.py"
+
+
+def test_status_without_a_grid_lists_every_named_grids_runs(tmp_path, capsys):
+    grid.main(["status", "--dir", str(tmp_path), "--records", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == sum(len(grid.grid_runs(name)) for name in grid.GRIDS)
+    assert {line.split()[1] for line in lines} == set(grid.GRIDS) and {line.split()[0] for line in lines} == {"missing"}
+
+
+def test_record_writes_no_record_for_an_ad_hoc_grid(tmp_path):
+    records = tmp_path / "records"
+    finished_run(tmp_path / "runs", "Hopper-v4", "seeds-x", 1)
+    grid.main(["record", "--seeds", "1", "--name", "x", "--dir", str(tmp_path), "--records", str(records)] + [
+        "--", "--env-id", "Hopper-v4"
+    ])  # fmt: skip
+    assert not records.exists() or not list(records.iterdir())
+
+
+def test_a_finished_runs_line_gives_its_time_in_minutes(fake_repo, tmp_path, monkeypatch, capsys):
+    clock = iter([0.0] + [180.0] * 100)  # the run starts at 0 and is seen finished at 180 s
+    monkeypatch.setattr(grid, "time", types.SimpleNamespace(sleep=time.sleep, time=lambda: next(clock)))
+    run = grid.Run("table1", "timed", "Hopper-v4", 1, 2048, ())
+    assert grid.run([run], str(tmp_path / "evidence" / "runs"), parallel=1, records_dir=str(tmp_path / "r")) == 0
+    assert "done  Hopper-v4 table1-timed seed 1 in 3.0 min" in capsys.readouterr().out
+
+
+def test_with_commit_a_record_that_was_not_committed_leaves_the_pages_alone(fake_repo, tmp_path, monkeypatch, capsys):
+    records, paged = tmp_path / "records", []
+    records.mkdir()
+    monkeypatch.setattr(grid, "commit_record", lambda path, label: "not committed (index.lock)")
+    monkeypatch.setattr(grid, "commit_pages", lambda label: paged.append(label) or "pages rewritten and committed")
+    monkeypatch.setattr(grid, "RECORDS_DIR", str(records))
+    run = grid.Run("table1", "a", "Hopper-v4", 1, 2048, ())
+    assert grid.run([run], str(tmp_path / "evidence" / "runs"), parallel=1, records_dir=str(records), commit=True) == 0
+    assert paged == [] and "not committed (index.lock)" in capsys.readouterr().out
+
+
+# a run that stops the grid with each of SIGS in turn; like the scripts, it stops a moment after the first signal
+# it gets and exits with 128 + that signal (a later one changes nothing)
+STOPPING_RUN = """
+import os, signal, sys, time
+got = []
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, lambda signum, _: got.append(signum))
+open(f"ready{SEED}", "w").close()
+if SEED == 1:
+    while not os.path.exists("ready2"):
+        time.sleep(0.05)
+    for s in SIGS:
+        os.kill(os.getppid(), s)
+        time.sleep(0.5)
+for _ in range(600):  # 30 s at most
+    if got:
+        break
+    time.sleep(0.05)
+time.sleep(1.0)
+sys.exit(128 + got[0] if got else 0)
+"""
+
+
+@dataclass(frozen=True)
+class StoppingRun(grid.Run):
+    sigs: tuple[int, ...] = (signal.SIGTERM,)
+
+    def command(self, runs_dir: str) -> list[str]:
+        code = STOPPING_RUN.replace("SEED", str(self.seed)).replace("SIGS", repr([int(s) for s in self.sigs]))
+        return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize("sigs", [(signal.SIGINT,), (signal.SIGTERM, signal.SIGINT)], ids=["SIGINT", "TERM-then-INT"])
+def test_a_stopped_grid_starts_no_other_run_counts_its_runs_saved_and_exits_with_its_first_signal(
+    tmp_path, monkeypatch, capsys, sigs
+):
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    runs = [StoppingRun(grid.SEEDS_GRID, "stop", None, seed, None, (), None, sigs) for seed in (1, 2, 3)]
+    with pytest.raises(SystemExit) as stop:
+        grid.run(runs, str(tmp_path / "runs"), parallel=2)
+    assert stop.value.code == 128 + sigs[0]
+    out = capsys.readouterr().out
+    assert out.count("stopped with the grid") == 2 and "FAILED" not in out, out
+    assert not (tmp_path / "ready3").exists()  # the third run never started

@@ -525,17 +525,18 @@ def table1_ranking(scores: dict[str, list[float]], stats: dict[str, dict]) -> di
     and this one's (settings with all their runs)."""
     short = lambda v: TABLE1_SHORT[v]  # noqa: E731
     done = [v for v in TABLE1_NAMES if len(scores.get(v, [])) == TABLE1_RUNS and v in stats]
-    others = [v for v in done if v != "clip-0.2"] if "clip-0.2" in done else []  # judged against a whole clip 0.2
+    baseline = ["clip-0.2"] if "clip-0.2" in done else []  # every setting waits until clip 0.2 has all its runs
+    others = [v for v in done if v != "clip-0.2"] if baseline else []  # judged against the whole of clip 0.2
     verdicts = {word: [v for v in others if verdict(stats[v]) == word]
                 for word in ("better", "worse", "not separated")}  # fmt: skip
-    waiting = [short(v) for v in TABLE1_NAMES if v not in others and (v not in done or v != "clip-0.2")]
+    waiting = [short(v) for v in TABLE1_NAMES if v not in baseline + others]
     runs = sum(len(s) for s in scores.values())
     listed = lambda names: "; ".join(short(v) for v in names) or "none"  # noqa: E731
     head = (
         f"Table 1 at the paper's scale ({len(TABLE1_NAMES)} settings x {len(grid.PAPER_ENVS)} tasks x "
         f"{len(grid.STUDY_SEEDS)} seeds, 1M steps; {runs} of {len(TABLE1_NAMES) * TABLE1_RUNS} runs so far)"
     )
-    if "clip-0.2" not in done:
+    if not baseline:
         summary = f"{head}: clip 0.2 has not all its runs yet, so whether it is the best is open."
     elif not others:
         summary = f"{head}: no setting but clip 0.2 has all its runs yet, so whether clip 0.2 is the best is open."

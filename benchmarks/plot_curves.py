@@ -27,6 +27,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 GRID_POINTS = 100  # points on the common step grid
@@ -124,6 +125,16 @@ def parse_hline(spec: str) -> tuple[str, float, str]:
         sys.exit(f"error: --hline needs [ENV=]VALUE[:LABEL], got {spec!r}")
 
 
+def check_out(path: str, flag: str = "--out") -> None:
+    """One line and exit where the picture could not be written: no such folder, or a format matplotlib lacks (a
+    name without a suffix is a PNG)."""
+    folder, kind = os.path.dirname(os.path.abspath(path)), os.path.splitext(path)[1].lstrip(".").lower()
+    if not os.path.isdir(folder):
+        sys.exit(f"error: {flag} {path}: there is no folder {folder}")
+    if kind and kind not in FigureCanvasAgg.get_supported_filetypes():
+        sys.exit(f"error: {flag} {path}: matplotlib writes no .{kind} (png, svg, pdf, ...)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", help="run folders or records, one unlabelled group")
@@ -137,6 +148,7 @@ def main() -> None:
         "--hline", action="append", default=[], help="a reference level: VALUE[:LABEL] in every panel, ENV=... in one"
     )
     args = parser.parse_args()
+    check_out(args.out)
     groups = parse_groups(args.runs, args.group, args.finished)
     if args.env:
         groups = {k: [r for r in runs if env_of(r) in args.env] for k, runs in groups.items()}

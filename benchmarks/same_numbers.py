@@ -74,9 +74,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "other"
-        added = subprocess.run(["git", "worktree", "add", "--detach", str(other), args.against], cwd=ROOT)
-        if added.returncode != 0:
-            sys.exit(f"error: cannot check out {args.against}")
+        added = subprocess.run(
+            ["git", "worktree", "add", "--detach", str(other), args.against], cwd=ROOT, capture_output=True, text=True
+        )
+        if added.returncode != 0:  # git's own reason, on the same line
+            sys.exit(f"error: cannot check out {args.against}: {' '.join(added.stderr.split())}")
         try:
             failures = 0
             for case in args.cases:

@@ -916,6 +916,16 @@ def main() -> None:
     parser.add_argument("--root", default=grid.ROOT, help="where the pages are (README.md, docs/)")
     parser.add_argument("--names", action="store_true", help="list the figures quoted.py can name, with their values")
     args = parser.parse_args()
+    if args.figure:
+        from plot_curves import check_out
+
+        check_out(args.figure, "--figure")
+    if (args.write or args.check) and not (
+        os.path.isfile(os.path.join(args.root, "README.md")) and os.path.isdir(os.path.join(args.root, "docs"))
+    ):
+        sys.exit(
+            f"error: --root {args.root} holds no README.md and docs/: it is where the pages are (README.md, docs/)"
+        )
     # the pages show the committed records only: a run folder of this machine never leaks into them
     runs_dir = None if args.write or args.check or args.names else os.path.join(args.dir, "runs")
     grids, blocks, quoted, panels = build(runs_dir, args.records)

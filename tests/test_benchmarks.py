@@ -682,6 +682,29 @@ def test_plot_curves_draws_labelled_groups_in_a_panel_per_env(tmp_path):
     assert bad.returncode == 1 and "no runs in any group" in bad.stderr and "left out group 'x'" in bad.stderr
 
 
+@pytest.mark.parametrize("out", ["missing/curves.png", "curves.txt"])
+def test_a_picture_that_cannot_be_written_is_one_line_before_any_work(tmp_path, out):
+    runs = tmp_path / "runs"
+    fake_run(runs, "Hopper-v4", "a", 1, [1.0] * 30)
+    for tool, flag, rest in (
+        ("plot_curves.py", "--out", ["--group", f"a={runs}/*__a__*"]),
+        ("tables.py", "--figure", ["--dir", str(tmp_path), "--records", str(tmp_path)]),  # it draws nothing here
+    ):
+        bad = run_tool(tool, flag, str(tmp_path / out), *rest, cwd=tmp_path)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1, (tool, bad.stderr)  # no traceback
+        assert bad.stderr.startswith(f"error: {flag} ") and not bad.stdout, (tool, bad.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # nothing written
+
+
+def test_tables_write_and_check_refuse_a_root_without_the_pages_in_one_line(tmp_path):
+    (tmp_path / "README.md").write_text("no docs/ beside it\n")
+    for flag in ("--write", "--check"):
+        for root in (tmp_path, tmp_path / "missing"):
+            bad = run_tool("tables.py", flag, "--root", str(root), cwd=tmp_path)
+            assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--root" in bad.stderr, bad.stderr
+    assert (tmp_path / "README.md").read_text() == "no docs/ beside it\n"
+
+
 def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
@@ -768,6 +791,13 @@ def test_same_numbers_compares_this_checkout_with_the_other_and_exits_1_on_a_dif
             same_numbers.main()
         assert stop.value.code == code and says in capsys.readouterr().out
         assert ran[0] == same_numbers.ROOT and ran[1].name == "other"  # this checkout, then the given commit's
+
+
+def test_same_numbers_and_speed_refuse_a_commit_that_is_not_there_in_one_line(tmp_path):
+    for tool, *rest in (("same_numbers.py",), ("speed.py", "--sps-only")):
+        bad = run_tool(tool, "--against", "no-such-commit-here", *rest, cwd=tmp_path)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1, (tool, bad.stderr)  # git's reason on that line
+        assert bad.stderr.startswith("error:") and "no-such-commit-here" in bad.stderr, (tool, bad.stderr)
 
 
 # --- benchmarks/speed.py: steps per second, on 1 or N processes, against a commit ----------------------------

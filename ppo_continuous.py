@@ -1047,7 +1047,9 @@ def check_args(args: Args) -> str | None:
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
-    for name in ("save_every", "eval_episodes"):
+    if nan := [name for name, value in vars(args).items() if isinstance(value, float) and math.isnan(value)]:
+        return f"--{nan[0].replace('_', '-')} must be a number, got nan"  # inf is one: --max-grad-norm inf clips none
+    for name in ("save_every", "eval_episodes", "vf_coef"):
         if getattr(args, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
     if (args.num_envs * args.num_steps) % args.num_minibatches or args.minibatch_size < MIN_MINIBATCH:
@@ -1055,8 +1057,8 @@ def check_args(args: Args) -> str | None:
         return f"--num-minibatches {args.num_minibatches} does not divide {batch} into minibatches of {MIN_MINIBATCH}+"
     if args.total_timesteps < args.batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
-    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
-        return "--learning-rate, --clip-coef and --kl-target must be positive"
+    if min(args.learning_rate, args.clip_coef, args.kl_target, args.kl_beta, args.max_grad_norm) <= 0:
+        return "--learning-rate, --clip-coef, --kl-target, --kl-beta and --max-grad-norm must be positive"
     if args.target_kl is not None and args.target_kl <= 0:
         return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):

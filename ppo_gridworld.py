@@ -106,8 +106,14 @@ def check_args(args: Args) -> str | None:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
     if args.batch_size % args.num_minibatches:
         return f"--num-minibatches {args.num_minibatches} does not divide the batch of {args.batch_size}"
-    if args.learning_rate <= 0 or args.critic_learning_rate <= 0 or args.clip_coef <= 0 or args.kl_target <= 0:
-        return "--learning-rate, --critic-learning-rate, --clip-coef and --kl-target must be positive"
+    if nan := [name for name, value in vars(args).items() if isinstance(value, float) and np.isnan(value)]:
+        return f"--{nan[0].replace('_', '-')} must be a number, got nan"  # NaN passes every <= and <
+    if min(args.learning_rate, args.clip_coef, args.kl_target, args.kl_beta) <= 0:
+        return "--learning-rate, --clip-coef, --kl-target and --kl-beta must be positive"
+    if not 0 < args.critic_learning_rate <= 1:  # a fraction of the way to the targets: above 1 overshoots them
+        return f"--critic-learning-rate must lie in (0, 1], got {args.critic_learning_rate}"
+    if args.target_kl is not None and args.target_kl <= 0:
+        return f"--target-kl must be positive, got {args.target_kl}"
     if not (0 <= args.gamma < 1 and 0 <= args.gae_lambda <= 1):
         return "--gamma must lie in [0, 1) and --gae-lambda in [0, 1]"
     if args.ablation and args.surrogate_study:

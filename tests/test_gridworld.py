@@ -500,7 +500,12 @@ def test_the_same_seed_repeats_a_run_and_another_seed_changes_it():
         ({"num_minibatches": 0}, "--num-minibatches must be positive"),
         ({"num_minibatches": 3}, "does not divide"),
         ({"learning_rate": 0.0}, "must be positive"),
-        ({"critic_learning_rate": -1.0}, "must be positive"),
+        ({"critic_learning_rate": -1.0}, "--critic-learning-rate must lie in (0, 1]"),
+        ({"critic_learning_rate": 1.5}, "--critic-learning-rate must lie in (0, 1]"),  # past the targets
+        ({"learning_rate": float("nan")}, "--learning-rate must be a number, got nan"),
+        ({"ent_coef": float("nan")}, "--ent-coef must be a number, got nan"),
+        ({"kl_beta": -1.0}, "--kl-beta must be positive"),
+        ({"target_kl": 0.0}, "--target-kl must be positive"),
         ({"clip_coef": 0.0}, "must be positive"),
         ({"kl_target": 0.0}, "must be positive"),
         ({"gamma": 1.0}, "--gamma must lie in [0, 1)"),

@@ -4,6 +4,7 @@ given; nothing is stubbed out."""
 
 import dataclasses
 import json
+import math
 import random
 import sys
 import time
@@ -479,6 +480,13 @@ BAD = [
     ({"gamma": -0.1}, "--gamma and --gae-lambda must lie in [0, 1]"),
     ({"gae_lambda": 1.01}, "--gamma and --gae-lambda must lie in [0, 1]"),
     ({"gae_lambda": -0.5}, "--gamma and --gae-lambda must lie in [0, 1]"),
+    ({"learning_rate": float("nan")}, "--learning-rate must be a number, got nan"),  # NaN passes every <= and <
+    ({"ent_coef": float("nan")}, "--ent-coef must be a number, got nan"),
+    ({"target_kl": float("nan")}, "--target-kl must be a number, got nan"),  # would never stop an update
+    ({"kl_beta": -1.0}, "--kl-beta and --max-grad-norm must be positive"),  # a penalty turned into a bonus
+    ({"kl_beta": 0.0}, "--kl-beta and --max-grad-norm must be positive"),  # the adaptive beta would stay 0
+    ({"max_grad_norm": 0.0}, "--kl-beta and --max-grad-norm must be positive"),  # every gradient scaled to 0
+    ({"vf_coef": -0.5}, "--vf-coef must not be negative, got -0.5"),  # the critic would climb its loss
 ]
 
 
@@ -500,6 +508,8 @@ def test_each_bad_argument_is_one_line_exit_2_and_writes_nothing(
 def test_the_boundary_values_of_gamma_and_lambda_and_a_target_kl_pass_the_checks():
     assert C.check_args(C.Args(env_id="Pendulum-v1", gamma=1.0, gae_lambda=0.0, target_kl=0.01)) is None
     assert A.check_args(A.Args(gamma=0.0, gae_lambda=1.0)) is None
+    for module in (C, A):  # inf is a number: no gradient clipping (the details study's no-grad-clip), no early stop
+        assert module.check_args(module.Args(max_grad_norm=math.inf, target_kl=math.inf, vf_coef=0.0)) is None
 
 
 def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, capsys):

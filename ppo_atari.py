@@ -1038,6 +1038,8 @@ def check_args(args: Args) -> str | None:
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+    if not 0 <= args.seed < 2**32:  # what numpy's global seed takes; gymnasium's seeds are never negative
+        return f"--seed must lie in [0, 2**32), got {args.seed}"
     if nan := [name for name, value in vars(args).items() if isinstance(value, float) and math.isnan(value)]:
         return f"--{nan[0].replace('_', '-')} must be a number, got nan"  # inf is one: --max-grad-norm inf clips none
     for name in ("save_every", "eval_episodes", "vf_coef"):

@@ -506,6 +506,7 @@ def test_the_same_seed_repeats_a_run_and_another_seed_changes_it():
         ({"ent_coef": float("nan")}, "--ent-coef must be a number, got nan"),
         ({"kl_beta": -1.0}, "--kl-beta must be positive"),
         ({"target_kl": 0.0}, "--target-kl must be positive"),
+        ({"seed": -1}, "--seed must lie in [0, 2**32)"),  # numpy's generator: a traceback
         ({"clip_coef": 0.0}, "must be positive"),
         ({"kl_target": 0.0}, "must be positive"),
         ({"gamma": 1.0}, "--gamma must lie in [0, 1)"),

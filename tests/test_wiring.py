@@ -487,6 +487,8 @@ BAD = [
     ({"kl_beta": 0.0}, "--kl-beta and --max-grad-norm must be positive"),  # the adaptive beta would stay 0
     ({"max_grad_norm": 0.0}, "--kl-beta and --max-grad-norm must be positive"),  # every gradient scaled to 0
     ({"vf_coef": -0.5}, "--vf-coef must not be negative, got -0.5"),  # the critic would climb its loss
+    ({"seed": -1}, "--seed must lie in [0, 2**32), got -1"),  # numpy's global seed: a traceback
+    ({"seed": 2**32}, "--seed must lie in [0, 2**32)"),
 ]
 
 

@@ -859,3 +859,223 @@ def test_main_logs_the_hyperparameters_with_the_derived_sizes(tmp_path, monkeypa
     G.main(G.Args(num_iterations=1))
     assert "|batch_size|512|" in writer.texts["hyperparameters"]
     assert "|learning_rate|0.05|" in writer.texts["hyperparameters"]
+
+
+# --- what a fifth audit found untested: the KL stop, episodes, flags reaching their use, Adam, the grader -------
+
+
+GOAL = int(np.flatnonzero(G.GRID.ravel() == "G")[0])
+LEFT_OF_GOAL = GOAL - 1  # a move RIGHT from here ends the episode on the goal
+UP, RIGHT = 0, 1  # indices into G.MOVES
+
+
+# --target-kl: the minibatch's mean k3 estimate of KL(old || new), with log r = log pi_new - log pi_old
+
+
+def test_target_kl_compares_the_minibatch_mean_kl_not_its_largest_sample():
+    """--target-kl stops on the minibatch's mean k3, not its largest sample. One sample in ten has ratio e^-1
+    (k3 0.37), the rest ratio 1: the mean k3 (about 0.04) stays under 0.1 and the update runs all its epochs; the
+    max (0.37) would stop it."""
+    buf = rollout_for_flags()
+    offset = (np.arange(buf.logprobs.size) % 10 == 0).reshape(buf.logprobs.shape) * 1.0
+    buf.logprobs = np.log(0.25) + offset  # log-ratio -1 on every tenth sample, 0 elsewhere (uniform policy)
+    args = G.Args(target_kl=0.1, learning_rate=1e-3)
+    metrics = G.update(G.Agent.uniform(args.learning_rate), buf, args, 1.0, np.random.default_rng(1))
+    assert metrics["losses/epochs_done"] == args.update_epochs
+
+
+def test_target_kl_uses_the_log_ratio_new_over_old():
+    """k3 of log r = log pi_new - log pi_old, not of its negative. Every ratio e^-1: k3(-1) = 0.368 < 0.5, so no stop;
+    the flipped sign gives k3(+1) = 0.718 > 0.5 and stops before the first step."""
+    buf = rollout_for_flags()
+    buf.logprobs = np.full(buf.logprobs.shape, np.log(0.25) + 1.0)
+    args = G.Args(target_kl=0.5, learning_rate=1e-3)
+    metrics = G.update(G.Agent.uniform(args.learning_rate), buf, args, 1.0, np.random.default_rng(1))
+    assert metrics["losses/epochs_done"] == args.update_epochs
+
+
+# the environment's episode bookkeeping
+
+
+def test_a_terminated_episode_gives_the_next_one_a_whole_time_limit(monkeypatch):
+    """The step counter restarts after a termination too, not only after a time limit."""
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    envs = G.GridEnvs(1, np.random.default_rng(0))
+    for _ in range(10):
+        envs.step(np.array([UP]))  # 10 steps of bumping into the top wall
+    envs.state[:] = LEFT_OF_GOAL
+    assert envs.step(np.array([RIGHT]))[2][0]  # terminated on the goal; reset to the start
+    for _ in range(G.MAX_EPISODE_STEPS - 1):
+        _, _, terminated, truncated, _, _ = envs.step(np.array([UP]))
+        assert not (terminated[0] or truncated[0])
+    assert envs.step(np.array([UP]))[3][0]
+
+
+def test_a_truncated_episode_reports_its_return(monkeypatch):
+    """An episode cut by the time limit reports its return (left out, the logged return would be biased upward)."""
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    envs = G.GridEnvs(1, np.random.default_rng(0))
+    for _ in range(G.MAX_EPISODE_STEPS - 1):
+        assert envs.step(np.array([UP]))[5] == []
+    _, _, terminated, truncated, _, finished = envs.step(np.array([UP]))
+    assert truncated[0] and not terminated[0]
+    assert finished == [0.0]
+
+
+def test_a_termination_at_the_time_limit_is_not_also_a_truncation(monkeypatch):
+    """A step that terminates at the time limit is a termination, not also a truncation."""
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    envs = G.GridEnvs(1, np.random.default_rng(0))
+    for _ in range(G.MAX_EPISODE_STEPS - 1):
+        envs.step(np.array([UP]))
+    envs.state[:] = LEFT_OF_GOAL
+    _, reward, terminated, truncated, _, _ = envs.step(np.array([RIGHT]))  # the 50th step reaches the goal
+    assert terminated[0] and reward[0] == 1.0
+    assert not truncated[0]
+
+
+# the training loop
+
+
+def test_each_rollout_starts_where_the_environments_stand(monkeypatch):
+    """Each rollout goes on from the cells the environments stand in (passing the first start states again would
+    record each later rollout's first step in the wrong cell)."""
+    real, seen = G.collect_rollout, []
+
+    def recording(envs, agent, state, num_steps, rng):
+        seen.append((envs.state.copy(), np.array(state).copy()))
+        return real(envs, agent, state, num_steps, rng)
+
+    monkeypatch.setattr(G, "collect_rollout", recording)
+    G.train(G.Args(num_iterations=3), verbose=False)
+    assert len(seen) == 3
+    assert any((env_state != G.START).any() for env_state, _ in seen[1:])  # the envs did not all stand at the start
+    for env_state, given in seen:
+        assert np.array_equal(env_state, given)
+
+
+def test_the_logged_optimal_return_is_v_star_of_the_start():
+    """charts/optimal_return is V* of the start cell, not the policy's true return."""
+    writer = WriterRecorder()
+    G.train(G.Args(num_iterations=2), writer, verbose=False)
+    P, R = G.dynamics()
+    v_star = G.value_iteration(P, R, 0.9)[0][G.START]
+    assert [v for _, v in writer.scalars["charts/optimal_return"]] == pytest.approx([v_star, v_star])
+    assert writer.scalars["charts/true_return"][0][1] != pytest.approx(v_star, abs=1e-3)
+
+
+def test_the_seed_also_drives_the_update_s_minibatch_shuffles(monkeypatch):
+    """--seed drives the update's shuffles too: with the rollout fixed, two seeds give two different updates."""
+    buf = rollout_for_flags()
+    monkeypatch.setattr(G, "collect_rollout", lambda envs, agent, state, n, rng: (buf, state, []))
+    a, _ = G.train(G.Args(seed=1, num_iterations=2), verbose=False)
+    b, _ = G.train(G.Args(seed=2, num_iterations=2), verbose=False)
+    c, _ = G.train(G.Args(seed=1, num_iterations=2), verbose=False)
+    assert np.array_equal(a.logits, c.logits)
+    assert np.abs(a.logits - b.logits).max() > 1e-9
+
+
+# flags that must reach their use
+
+
+def test_value_clipping_uses_the_given_clip_coef(monkeypatch):
+    """--clip-vloss clips the critic within the given --clip-coef, not the default's 0.2."""
+    real, clips = G.ppo_value_loss, []
+
+    def recording(v_new, v_old, returns, clip=None):
+        clips.append(clip)
+        return real(v_new, v_old, returns, clip)
+
+    monkeypatch.setattr(G, "ppo_value_loss", recording)
+    G.update(
+        G.Agent.uniform(0.05),
+        rollout_for_flags(),
+        G.Args(clip_vloss=True, clip_coef=0.1),
+        1.0,
+        np.random.default_rng(1),
+    )
+    assert clips and all(c == 0.1 for c in clips)
+
+
+def test_clipfrac_counts_against_the_given_clip_coef(monkeypatch):
+    """clipfrac counts against the given --clip-coef. Ratios e^0.5 (|r-1| = 0.65) and e^-0.5 (0.39) against eps 0.6:
+    half are outside."""
+    buf = rollout_for_flags()
+    n = buf.states.size // G.Args().num_minibatches
+    signs = np.resize([0.5, -0.5], n)
+    monkeypatch.setattr(G, "policy_gradient", lambda pi, *rest: (np.zeros_like(pi), signs.copy()))
+    metrics = G.update(G.Agent.uniform(), buf, G.Args(update_epochs=1, clip_coef=0.6), 1.0, np.random.default_rng(1))
+    assert metrics["losses/clipfrac"] == pytest.approx(0.5)
+
+
+# Adam, as Kingma & Ba (2015) write it
+
+
+def test_adam_matches_the_papers_update_with_its_default_betas_and_eps():
+    """Adam as Kingma & Ba write it (eps outside the square root, beta2 0.999). Steps of tiny gradients (a rarely
+    visited cell's) must
+    still be about lr, and several steps must match the paper's formula with beta1 0.9, beta2 0.999, eps 1e-8."""
+    rng = np.random.default_rng(0)
+    shape, lr = (6,), 0.1
+    adam = G.Adam(shape, lr)
+    m, v = np.zeros(shape), np.zeros(shape)
+    scale = np.array([1e-7, 1e-5, 1e-3, 0.1, 1.0, 10.0])
+    for t in range(1, 21):
+        g = scale * rng.normal(size=shape) + (t == 1) * scale  # nonzero at the first step
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g**2
+        expected = -lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        assert adam.step(g) == pytest.approx(expected, rel=1e-9, abs=1e-15), t
+    first = G.Adam((2,), 0.05).step(np.array([1e-6, 1.0]))
+    assert first == pytest.approx([-0.05 / 1.01, -0.05], rel=1e-6)  # about lr whatever the scale
+
+
+# the exact grader
+
+
+def test_value_iteration_is_exact_well_below_q_tie():
+    """The grader's V* is exact well below Q_TIE: the Bellman fixed point and the value of its own greedy policy to
+    1e-9 (a tolerance of 1e-6 would miss the fixed point by ~1e-5, ten times Q_TIE)."""
+    P, R = G.dynamics()
+    for gamma in (0.9, 0.99):
+        V, Q = G.value_iteration(P, R, gamma)
+        assert np.abs((R + gamma * P @ V).max(1) - V).max() < 1e-9
+        greedy = np.eye(G.NUM_ACTIONS)[Q.argmax(1)]
+        assert np.abs(G.policy_evaluation(P, R, greedy, gamma) - V).max() < 1e-9
+
+
+def test_the_ablation_keeps_the_given_flags_beside_its_own_settings(monkeypatch):
+    """The ablation sets its own settings on top of the given flags (--gamma and the rest are kept)."""
+    seen = []
+
+    def fake_train(run_args, writer=None, verbose=True):
+        seen.append(run_args)
+        return None, {"true_return": 0.0, "entropy_start": 0.0, "optimal_return": 0.0}
+
+    monkeypatch.setattr(G, "train", fake_train)
+    G.run_ablation(G.Args(gamma=0.5, ent_coef=0.03, ablation=True))
+    assert len(seen) == 2 * G.ABLATION_SEEDS
+    for run_args in seen:
+        assert run_args.gamma == 0.5 and run_args.ent_coef == 0.03
+        assert all(getattr(run_args, k) == v for k, v in G.ABLATION.items())
+
+
+@pytest.mark.parametrize("objective", ["clip", "none"])
+def test_beta_is_adapted_only_by_kl_adaptive(objective):
+    """Only kl-adaptive moves beta: the clip and plain runs log the beta they were given."""
+    writer = WriterRecorder()
+    G.train(G.Args(objective=objective, kl_beta=4.0, num_iterations=3), writer, verbose=False)
+    assert [v for _, v in writer.scalars["charts/kl_beta"]] == [4.0] * 3
+
+
+def test_natural_step_line_search_bounds_the_forward_kl_old_to_new():
+    """The natural step's line search bounds KL(pi_old || pi_new), not the reverse. From the uniform policy
+    towards one action, the reverse KL (at most log 4) accepts the first step, whose forward KL is 1.18 > delta = 1."""
+    z, adv = np.zeros((1, 4)), np.array([[10.0, 0.0, 0.0, 0.0]])
+    kl = G.kl_divergence(G.softmax(z), G.softmax(G.natural_step(z, adv, 1.0))).mean()
+    assert 0.25 < kl <= 1.0
+    for seed in range(50):  # and on random tables, every limit holds in the forward direction
+        rng = np.random.default_rng(seed)
+        z, adv = 2 * rng.normal(size=(5, 4)), 5 * rng.normal(size=(5, 4))
+        for delta in (0.05, 0.5, 1.0):
+            assert G.kl_divergence(G.softmax(z), G.softmax(G.natural_step(z, adv, delta))).mean() <= delta

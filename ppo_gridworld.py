@@ -106,7 +106,7 @@ def check_args(args: Args) -> str | None:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
     if args.batch_size % args.num_minibatches:
         return f"--num-minibatches {args.num_minibatches} does not divide the batch of {args.batch_size}"
-    if not 0 <= args.seed < 2**32:  # what numpy's global seed takes; gymnasium's seeds are never negative
+    if not 0 <= args.seed < 2**32:  # numpy's generators take no negative seed; the bound is the neural scripts'
         return f"--seed must lie in [0, 2**32), got {args.seed}"
     if nan := [name for name, value in vars(args).items() if isinstance(value, float) and np.isnan(value)]:
         return f"--{nan[0].replace('_', '-')} must be a number, got nan"  # NaN passes every <= and <

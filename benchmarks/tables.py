@@ -923,9 +923,7 @@ def main() -> None:
     if (args.write or args.check) and not (
         os.path.isfile(os.path.join(args.root, "README.md")) and os.path.isdir(os.path.join(args.root, "docs"))
     ):
-        sys.exit(
-            f"error: --root {args.root} holds no README.md and docs/: it is where the pages are (README.md, docs/)"
-        )
+        sys.exit(f"error: --root {args.root} holds no README.md and docs/ (the pages --write and --check read)")
     # the pages show the committed records only: a run folder of this machine never leaks into them
     runs_dir = None if args.write or args.check or args.names else os.path.join(args.dir, "runs")
     grids, blocks, quoted, panels = build(runs_dir, args.records)

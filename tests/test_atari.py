@@ -562,6 +562,16 @@ def test_a_game_is_cut_at_108k_frames_as_in_the_ppo_paper_and_cleanrl(env_id):
     env.close()
 
 
+@pytest.mark.parametrize("env_id, sticky", [("ALE/Pong-v5", 0.25), ("PongNoFrameskip-v4", 0.0)])
+def test_v5_ids_keep_their_sticky_actions_and_v4_ids_have_none(env_id, sticky):
+    """docs/choices.md: an ALE/*-v5 game repeats the previous action with probability 0.25 (Machado et al.); the
+    script's own settings must not turn that off, and a NoFrameskip-v4 game has none."""
+    env = A.make_env(env_id, 0, False, "test", {})()
+    env.reset(seed=0)
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(sticky)
+    env.close()
+
+
 class LosesALifeAtOnce(FakeGame):
     """Every game's first step loses a life."""
 

@@ -32,6 +32,16 @@ def run(folder, monkeypatch, module, **overrides) -> dict:
     return scalars(only_run(folder))
 
 
+def atari_agent() -> A.Agent:
+    """The Nature CNN agent on 4 stacked 84x84 frames and 4 actions, made without a game."""
+    spaces = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])  # only its spaces are replaced
+    spaces.single_observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    spaces.single_action_space = gym.spaces.Discrete(4)
+    agent = A.Agent(spaces)
+    spaces.close()
+    return agent
+
+
 @pytest.mark.parametrize("module", [C, A])
 def test_compile_compiles_the_minibatch_loss_and_it_computes_what_the_eager_loss_computes(
     tmp_path, monkeypatch, module
@@ -53,12 +63,8 @@ def test_bf16_runs_the_networks_in_bf16_and_hands_fp32_to_what_follows(module):
     if module is C:
         agent, obs = make_agent(), torch.randn(64, 3)
     else:
-        spaces = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])  # only its spaces are replaced
-        spaces.single_observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-        spaces.single_action_space = gym.spaces.Discrete(4)
         torch.manual_seed(0)
-        agent, obs = A.Agent(spaces), torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
-        spaces.close()
+        agent, obs = atari_agent(), torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
     actions = agent.get_action_and_value(obs)[0]
     fp32 = agent.get_action_and_value(obs, actions)
     module.autocast_bf16(agent, torch.device("cpu"))
@@ -76,6 +82,17 @@ def test_bf16_runs_the_networks_in_bf16_and_hands_fp32_to_what_follows(module):
         for dtype, out in seen:
             assert dtype == out.dtype == torch.float32
             assert not torch.equal(out, out.bfloat16().float())  # fp32 outputs: not all on bf16's coarser grid
+
+
+@pytest.mark.parametrize("module", [C, A])
+def test_bf16_autocasts_on_the_agent_s_own_device(monkeypatch, module):
+    """On a GPU --bf16 must autocast CUDA's kernels: a CPU autocast would leave the networks silently in fp32."""
+    made = []
+    real = torch.autocast
+    monkeypatch.setattr(torch, "autocast", lambda device_type, *a, **k: made.append(device_type) or real("cpu", *a))
+    agent = make_agent() if module is C else atari_agent()
+    module.autocast_bf16(agent, torch.device("cuda"))  # made here, never run: no GPU is needed
+    assert made and set(made) == {"cuda"}, made
 
 
 @pytest.mark.skipif(not NATIVE_BF16, reason="needs a CPU with AVX512-BF16 or AMX")

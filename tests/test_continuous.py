@@ -443,6 +443,21 @@ def test_capture_video_films_a_mujoco_env_on_a_machine_without_a_display(tmp_pat
     assert list((tmp_path / "videos").glob("*/rl-video-episode-0.mp4"))  # the first 16-step episode, filmed
 
 
+def test_under_torchrun_only_rank_0_films(monkeypatch):
+    """--capture-video films env 0 of rank 0 alone: another rank would render for nothing into the same folder."""
+    asked, make_env = {}, C.make_env
+
+    def recording(env_id, idx, capture_video, run_name, env_kwargs):
+        asked.setdefault(C.RANK, []).append(capture_video)
+        return make_env(env_id, idx, False, run_name, env_kwargs)  # asked, not filmed: no rendering here
+
+    monkeypatch.setattr(C, "make_env", recording)
+    for rank in (0, 1):
+        monkeypatch.setattr(C, "RANK", rank)
+        C.make_envs(C.Args(env_id="Pendulum-v1", num_envs=2, capture_video=True), "run").close()
+    assert asked[0][0] and not any(asked[1])  # make_env itself films its env 0 only
+
+
 def test_capture_video_where_nothing_can_render_is_refused_in_one_line(tmp_path, monkeypatch):
     """No libEGL and no display (a GPU server): MuJoCo cannot film there. One line before anything is written,
     not mujoco's traceback (and GLFW's warnings) at the first reset."""

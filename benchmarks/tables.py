@@ -271,15 +271,22 @@ def atari_10m_lines(found: dict) -> list[str]:
         cells += [CLEANRL_ATARI_10M[env_id], PPO2_ATARI_10M[env_id], PAPER_ATARI[env_id].removesuffix(" (10M)")]
         cells.append(f"{pm([t / 3600 for t in hours], 1)} ({pm(sps)})")
         lines.append(f"| {env_id} | {len(runs)} | {' | '.join(cells)} |")
-    cpus = sorted({r.get("cpu") or "a CPU not recorded" for runs in found.values() for r in runs})
+    cpus = cpus_named([r for runs in found.values() for r in runs])
     lines.append(
-        f"\nHours of training and steps per second on {', '.join(cpus)}: the hours summed over every process that "
+        f"\nHours of training and steps per second on {cpus}: the hours summed over every process that "
         "trained a run (one cut and resumed has several), each with one or two threads beside other work (the "
         "default alone on a quiet machine is faster: [speed](benchmarks.md#speed))."
     )
     if max(len(runs) for runs in found.values()) < 2:
         lines.append("\nOne seed a game so far: the figures are that run's, with no spread and no interval.")
     return lines + [""]
+
+
+def cpus_named(records: list[dict]) -> str:
+    """The CPUs the records ran on, as prose: 'AMD EPYC and Intel Xeon' (the vendors' (R), (TM), 'Processor' cut)."""
+    names = {re.sub(r"\s*\((R|TM)\)|\s+(CPU|Processor)$", "", r.get("cpu") or "") for r in records}
+    names = sorted(name or "a CPU not recorded" for name in names)
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def atari_10m_summary(found: dict) -> list[str]:
@@ -293,7 +300,7 @@ def atari_10m_summary(found: dict) -> list[str]:
     every = [r for _, runs in games for r in runs]
     seconds = [r.get("train_time_s") or r["wall_time_s"] for r in every]
     hours, sps = pm([t / 3600 for t in seconds], 1), pm([r["steps"] / t for r, t in zip(every, seconds)])
-    cpus = ", ".join(sorted({r.get("cpu") or "a CPU not recorded" for r in every}))
+    cpus = cpus_named(every)
     low, high = min(len(runs) for _, runs in games), max(len(runs) for _, runs in games)  # seeds a game
     seeds = f"{low} seed{'s' if low > 1 else ''}" if low == high else f"{low} to {high} seeds"
     head = f"At 10M steps, {seeds} a game ({len(every)} run{'s' if len(every) > 1 else ''}), the last 100 games:"

@@ -550,7 +550,7 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
         json.dumps(second)
     )
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
-    assert "One seed a game so far" not in out.stdout and "on AMD EPYC, a CPU not recorded" in out.stdout
+    assert "One seed a game so far" not in out.stdout and "on AMD EPYC and a CPU not recorded" in out.stdout
     assert "At 10M steps, 1 to 2 seeds a game (3 runs), the last 100 games: Breakout 301.7 (CleanRL" in out.stdout
     # Pong's two seeds are no interval for the games: Breakout has run one
     assert "Atari at 10M steps, the defaults: one seed run on every env so far (2 runs), too few" in out.stdout
@@ -708,6 +708,14 @@ def test_a_tasks_returns_get_a_decimal_only_where_they_are_small_in_size_whateve
     }
     cells = tables.env_cells(found, "none", ("Reacher-v4", "Swimmer-v4", "Hopper-v4", "Walker2d-v4"))
     assert cells == ["-200 +- 50 (2)", "-4.5 +- 0.5 (2)", "200 +- 50 (2)", "-"]
+
+
+def test_the_cpus_a_table_ran_on_read_as_prose_without_the_vendors_marks():
+    named = tables.cpus_named([{"cpu": "Intel(R) Xeon(R) Processor"}, {"cpu": "AMD EPYC"}, {"cpu": "AMD EPYC"}])
+    assert named == "AMD EPYC and Intel Xeon"  # each machine once, sorted, joined as a sentence would
+    three = [{"cpu": "Intel(R) Core(TM) i7-9700K CPU"}, {}, {"cpu": "AMD EPYC 7B13"}]
+    assert tables.cpus_named(three) == "AMD EPYC 7B13, Intel Core i7-9700K and a CPU not recorded"
+    assert tables.cpus_named([{"cpu": None}]) == "a CPU not recorded"
 
 
 def test_atari_at_10m_takes_a_recorded_mean_over_all_of_training_even_when_it_is_zero():

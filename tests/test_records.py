@@ -347,6 +347,12 @@ def test_table1_at_the_papers_scale_scores_every_setting_as_the_paper_does_and_s
         "intervals separate, 8 below, 1 not separated: clip 0.2 is not the best so far." in out.stdout
     )
     assert "clip 0.2 is not the best so far." in out.stdout
+    pairs = out.stdout.split("Pair by pair, among the settings with all their runs")[1].split("\n")[0]
+    assert "of the paper's 54 orderings of them, these runs keep 31 (clip 0.2 > adaptive KL 0.01, " in pairs  # no tie
+    assert "; clip 0.3 > no clipping or penalty; " in pairs  # every setting stays above no clipping
+    # clip 0.1 above clip 0.2 (the table's verdict), fixed KL 3 (~1003) above adaptive KL 0.01 (~501), both below it
+    # in the paper; the settings at ~501 among themselves, and fixed KL 3 against clip 0.2, are not separated
+    assert pairs.endswith("reverse 2 (here clip 0.1 > clip 0.2; fixed KL 3 > adaptive KL 0.01) and leave 21 open.")
 
     (records / "Swimmer-v4__table1-1m-clip-0.1__3.json").unlink()  # settings still running: scored over what
     for seed in (2, 3):  # they have, no interval and no verdict until their 21 runs land
@@ -708,6 +714,29 @@ def test_a_tasks_returns_get_a_decimal_only_where_they_are_small_in_size_whateve
     }
     cells = tables.env_cells(found, "none", ("Reacher-v4", "Swimmer-v4", "Hopper-v4", "Walker2d-v4"))
     assert cells == ["-200 +- 50 (2)", "-4.5 +- 0.5 (2)", "200 +- 50 (2)", "-"]
+
+
+def test_table1s_pairs_take_rliables_stratified_bootstrap_of_the_probability_of_improvement_in_one_draw():
+    rng = np.random.default_rng(3)
+    for shift in (0.0, 0.5, 1.0):
+        x, y = rng.normal(shift, 1.0, size=(3, 7)), rng.normal(0.0, 1.0, size=(3, 7))  # (seeds, tasks)
+        _, ci = tables.estimates({"x": (x, y)}, tables.probability_of_improvement)
+        assert np.allclose(tables.paired_p_interval(x, y), np.ravel(ci["x"]), atol=0.04)  # other draws, same law
+    assert tables.paired_p_interval(x + 10.0, x) == (1.0, 1.0)  # every run above every run on its task
+    assert tables.paired_p_interval(x, x + 10.0) == (0.0, 0.0)
+    low, high = tables.paired_p_interval(x, x)
+    assert low < 0.5 < high and tables.paired_p_interval(x, x) == (low, high)  # seeded: the same on every call
+    by_task = np.array([[0.0, 9.0]] * 3), np.array([[1.0, 8.0]] * 3)  # each wins one task: resampling keeps 1/2
+    assert tables.paired_p_interval(*by_task) == (0.5, 0.5)
+    assert tables.paired_p_interval(np.ones((3, 7)), np.ones((3, 7))) == (0.5, 0.5)  # a tie counts half
+    # one task, one seed of three above y: P is k/3 for k ~ Binomial(3, 1/3); P(k = 3) = 1/27 lies above 2.5%, so the
+    # 95% interval reaches 1 (a 90% one would stop at 2/3)
+    one_best = np.array([[1.0], [0.0], [0.0]])
+    assert tables.paired_p_interval(one_best, np.full((3, 1), 0.5)) == (0.0, 1.0)
+    # on 7 tasks each task's seeds are drawn on their own, so P is a mean of 7 such draws: far from 0 and 1 (seeds
+    # drawn whole, the same rows for every task, would keep the one task's interval)
+    low, high = tables.paired_p_interval(np.repeat(one_best, 7, axis=1), np.full((3, 7), 0.5))
+    assert 0.0 < low < 1 / 3 < high < 2 / 3
 
 
 def test_the_cpus_a_table_ran_on_read_as_prose_without_the_vendors_marks():

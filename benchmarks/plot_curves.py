@@ -201,8 +201,9 @@ def main() -> None:
     if args.title and len(envs) > 1:
         fig.suptitle(args.title)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}: {len(envs)} panel(s), {len(groups)} group(s), shaded: min to max over runs")
+    out = args.out if os.path.splitext(args.out)[1] else f"{args.out}.png"  # what matplotlib would name it
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}: {len(envs)} panel(s), {len(groups)} group(s), shaded: min to max over runs")
 
 
 if __name__ == "__main__":

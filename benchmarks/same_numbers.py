@@ -20,6 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parent.parent
 IGNORED_TAGS = ("charts/SPS",)  # wall-clock speed differs from run to run
+RUN_TIMEOUT_S = 1800  # a case runs in a minute or two: far past that, it hangs
 SHORT = ["--total-timesteps", "4096", "--num-steps", "512", "--eval-episodes", "1", "--env-id", "Hopper-v4"]
 CASES = {
     "continuous": [sys.executable, "ppo_continuous.py", *SHORT, "--num-envs", "2"],
@@ -42,9 +43,13 @@ def run_scalars(checkout: Path, command: list[str]) -> dict[str, list[tuple[int,
         for script in checkout.glob("ppo_*.py"):
             shutil.copy(script, tmp)
         env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-        done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
+        shown = " ".join(command[next(i for i, word in enumerate(command) if word.endswith(".py")) :])  # the script
+        try:
+            done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"error: {shown} ran past {RUN_TIMEOUT_S} s in {checkout}")
         if done.returncode != 0:
-            sys.exit(f"error: {' '.join(command[1:3])} failed in {checkout}:\n{done.stderr[-2000:]}")
+            sys.exit(f"error: {shown} failed in {checkout}:\n{done.stderr[-2000:]}")
         (run_dir,) = (Path(tmp) / "runs").iterdir()
         acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
         acc.Reload()

@@ -19,6 +19,8 @@ import speed
 import tables
 from conftest import HANG_TIMEOUT, NEEDS_PGREP, SLOW_POINTMASS, STEP_S, scalars, wait_until
 
+import ppo_continuous as C
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -926,3 +928,266 @@ def test_speed_launches_n_processes_under_torchrun_and_skips_the_breakdown_of_a_
     assert speed.call_by_name(lambda a, b=2: (a, b), {"a": 1, "c": 3}) == (1, 2)  # what the function names
     with pytest.raises(TypeError, match="wants b"):
         speed.call_by_name(lambda a, b: None, {"a": 1})
+
+
+# --- eighth audit: speed.py, plot_curves.py, the quoted phrases' matching and same_numbers.py, with fakes ----------
+
+# --- benchmarks/speed.py ------------------------------------------------------------------------------------------
+
+
+def fake_sps(calls: list):
+    def run_sps(script, processes, steps, flags, threads):
+        calls.append((processes, threads, tuple(flags)))
+        return 100.0
+
+    return run_sps
+
+
+def test_speed_gives_each_process_at_least_one_thread(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one core, two processes: 1 // 2 is 0, no thread count
+    monkeypatch.setattr(speed, "run_sps", fake_sps(calls))
+    speed.main(["--processes", "2", "--runs", "1", "--iterations", "1", "--sps-only", "--", "--num-steps", "64"])
+    assert [c[:2] for c in calls] == [(1, 1), (2, 1)]
+    assert "1 thread(s) per process (OMP_NUM_THREADS)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag", ["--processes", "--runs", "--iterations"])
+def test_speed_refuses_a_count_below_one_before_any_run(monkeypatch, flag):
+    calls = []
+    monkeypatch.setattr(speed, "run_sps", fake_sps(calls))
+    with pytest.raises(SystemExit) as stop:
+        speed.main([flag, "0", "--sps-only"])
+    assert stop.value.code == 2 and calls == []  # argparse's refusal, not a traceback
+
+
+@pytest.mark.parametrize("given", [["--total-timesteps", "100"], ["--total-timesteps=100"]])
+def test_speed_refuses_total_timesteps_in_either_spelling(monkeypatch, capsys, given):
+    calls = []
+    monkeypatch.setattr(speed, "run_sps", fake_sps(calls))
+    with pytest.raises(SystemExit) as stop:
+        speed.main(["--sps-only", "--runs", "1", "--iterations", "1", "--", *given])
+    assert stop.value.code == 2 and calls == [] and "not --total-timesteps" in capsys.readouterr().err
+
+
+def test_speed_run_sps_gives_the_script_its_threads_and_its_flags(monkeypatch):
+    seen = {}
+
+    def run(cmd, cwd, capture_output, text, env):
+        seen.update(cmd=cmd, env=env)
+        os.makedirs(os.path.join(cwd, "runs", "r"))
+        with open(os.path.join(cwd, "runs", "r", "summary.json"), "w") as f:
+            json.dump({"sps": 321.0}, f)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the user's shell: not what each process gets
+    monkeypatch.setattr(speed.subprocess, "run", run)
+    assert speed.run_sps("s.py", 2, 640, ["--num-steps", "64"], 3) == 321.0
+    assert seen["env"]["OMP_NUM_THREADS"] == "3"
+    launch = speed.launch_command("s.py", 2)
+    assert seen["cmd"] == [*launch, "--total-timesteps", "640", "--eval-episodes", "0", "--num-steps", "64"]
+
+
+def test_speed_storage_is_the_rollouts_time_less_env_and_inference(monkeypatch):
+    """Only an env step takes time here (one tick each): every tick is env, none is storage."""
+    clock, real_make_envs = [0.0], C.make_envs
+
+    def make_envs(*args, **kwargs):
+        envs = real_make_envs(*args, **kwargs)
+        step = type(envs).step
+
+        def ticking(self, actions):
+            clock[0] += 1.0
+            return step(self, actions)
+
+        monkeypatch.setattr(type(envs), "step", ticking)
+        return envs
+
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(C, "make_envs", make_envs)
+    args = C.Args(env_id="Pendulum-v1", num_steps=16, num_minibatches=2, update_epochs=1)
+    phases = speed.phase_times(C, args, iterations=2)
+    assert phases == {"env": 16.0, "inference": 0.0, "storage": 0.0, "GAE": 0.0, "update": 0.0}
+
+
+def test_speed_breakdown_counts_every_env_of_the_batch(monkeypatch):
+    phases = {"env": 1.0, "inference": 0.5, "storage": 0.25, "GAE": 0.0, "update": 0.25}  # 2 s an iteration
+    monkeypatch.setattr(speed, "phase_times", lambda m, args, iterations: phases)
+    line = speed.breakdown(None, types.SimpleNamespace(num_envs=4, num_steps=100), 3)
+    assert line.startswith("one iteration (3 timed): env 1.000 s (50%), inference 0.500 s (25%)")
+    assert line.endswith("update 0.250 s (12%); 200 SPS")  # 4 x 100 steps in 2 s
+
+
+def test_speed_wrapped_ceiling_counts_env_steps_not_vector_steps(monkeypatch):
+    stepped = []
+    space = types.SimpleNamespace(seed=lambda s: None, sample=lambda: 0)
+    envs = types.SimpleNamespace(action_space=space, reset=lambda seed: None, step=stepped.append, close=lambda: None)
+    module = types.SimpleNamespace(make_envs=lambda args, name: envs)
+    times = iter([10.0, 12.0])  # 2 s for the steps
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: next(times)))
+    assert speed.wrapped_ceiling(module, types.SimpleNamespace(num_envs=4), 100) == 50.0  # 25 x 4 steps in 2 s
+    assert len(stepped) == 25
+
+
+def test_speed_sps_lines_have_one_ratio_per_other_checkout():
+    sps = {("A", 1): [2.0, 4.0, 3.0], ("B", 1): [1.0]}
+    assert speed.sps_lines(sps, ["A", "B"], [1]) == [
+        "A, 1 process(es): median 3 SPS (min-max 2-4, 3 runs)",
+        "B, 1 process(es): median 1 SPS (min-max 1-1, 1 run)",
+        "ratio A / B, 1 process(es): 3.000 (above 1: A is faster)",
+    ]
+
+
+def test_speed_a_flag_variant_gets_a_breakdown_but_no_ceiling_of_its_own(monkeypatch):
+    monkeypatch.setattr(speed, "breakdown", lambda m, args, iterations: f"breakdown compile={args.compile}")
+    monkeypatch.setattr(speed, "wrapped_ceiling", lambda m, args, steps: 10.0)
+    monkeypatch.setattr(speed, "bare_ceiling", lambda env_id, kwargs, steps: 20.0)
+    flagged = f"{speed.THIS} --compile"
+    scripts, modules = {speed.THIS: "x.py", flagged: "x.py"}, {speed.THIS: C, flagged: C}
+    lines = list(speed.phase_and_ceiling_lines(scripts, modules, [], 1, 100, {flagged: ["--compile"]}))
+    assert lines == [
+        f"{speed.THIS}: breakdown compile=False",
+        f"{speed.THIS}: ceiling, random actions: 10 SPS through the script's wrappers",
+        f"{flagged}: breakdown compile=True",
+        "ceiling, random actions: 20 SPS bare env (no wrappers, no vector env)",
+    ]
+
+
+# --- benchmarks/plot_curves.py ------------------------------------------------------------------------------------
+
+
+def test_plot_curves_refuses_a_group_without_a_label(tmp_path):
+    (tmp_path / "Hopper-v4__a__1.json").write_text(json.dumps({"curve": [[1000, 1.0], [2000, 2.0]]}))
+    for spec in (f"={tmp_path}/*.json", str(tmp_path)):
+        with pytest.raises(SystemExit, match="--group needs LABEL=GLOB"):
+            plot_curves.parse_groups([], [spec], False)
+
+
+def test_plot_curves_reference_levels_take_colors_after_the_groups(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    (tmp_path / "Hopper-v4__a__1.json").write_text(json.dumps({"curve": [[1000, 1.0], [2000, 2.0]]}))
+    monkeypatch.setattr(plt.Figure, "savefig", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "argv", ["plot_curves.py", str(tmp_path / "Hopper-v4__a__1.json"), "--hline", "5:ref"])
+    plot_curves.main()
+    (ax,) = plt.gcf().axes
+    curve, level = ax.lines
+    assert curve.get_color() == "C0" and level.get_label() == "ref" and level.get_color() == "C1"
+    plt.close("all")
+
+
+def test_plot_curves_a_picture_without_a_suffix_is_a_png_and_is_named_so(tmp_path, monkeypatch, capsys):
+    assert plot_curves.check_out(str(tmp_path / "curves")) is None  # no exit
+    (tmp_path / "Hopper-v4__a__1.json").write_text(json.dumps({"curve": [[1000, 1.0], [2000, 2.0]]}))
+    argv = ["plot_curves.py", str(tmp_path / "Hopper-v4__a__1.json"), "--out", str(tmp_path / "curves")]
+    monkeypatch.setattr(sys, "argv", argv)
+    plot_curves.main()
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+    assert f"\nwrote {tmp_path / 'curves.png'}: 1 panel(s)" in capsys.readouterr().out  # the file it wrote
+
+
+def test_plot_curves_a_record_with_half_a_final_figure_has_none(tmp_path):
+    for record in ({"steps": 1000, "last_100": None}, {"steps": None, "last_100": 5.0}, {"last_100": 5.0}):
+        (tmp_path / "r.json").write_text(json.dumps(record))
+        assert plot_curves.record_final(str(tmp_path / "r.json")) is None
+    (tmp_path / "r.json").write_text(json.dumps({"steps": 1000, "last_100": 5.0}))
+    assert plot_curves.record_final(str(tmp_path / "r.json")) == (1000.0, 5.0)
+
+
+# --- the quoted phrases' matching (benchmarks/quoted.py's contract, tables.phrase_pattern) -----------------------
+
+
+def test_a_space_in_a_quoted_phrase_matches_one_or_more_spaces_or_line_breaks_never_none():
+    pattern = tables.phrase_pattern("the IQM of the {n} runs is")
+    assert pattern.search("the IQM of\nthe 9 runs  is") and pattern.search("the IQM of the 12 runs is")
+    assert not pattern.search("the IQMof the 9 runs is") and not pattern.search("the IQM of the 9runs is")
+
+
+# --- benchmarks/same_numbers.py -----------------------------------------------------------------------------------
+
+
+def fake_script_run(seen: dict, code: int = 0):
+    """subprocess.run for run_scalars: the scripts it was given, its env; a run that logs the speed and a loss."""
+
+    def run(command, cwd, env, capture_output, text, timeout):
+        from torch.utils.tensorboard import SummaryWriter
+
+        seen.update(command=command, env=env, files=sorted(os.listdir(cwd)))
+        if code == 0:
+            with SummaryWriter(os.path.join(cwd, "runs", "r")) as writer:
+                writer.add_scalar("charts/SPS", 123.0, 1)
+                writer.add_scalar("losses/x", 0.5, 1)
+        return subprocess.CompletedProcess(command, code, "", "the script's traceback")
+
+    return run
+
+
+def checkout(tmp_path: Path) -> Path:
+    (tmp_path / "ppo_a.py").write_text("")
+    (tmp_path / "notes.py").write_text("")
+    return tmp_path
+
+
+def test_same_numbers_compares_every_scalar_but_the_speed(tmp_path, monkeypatch):
+    import same_numbers
+
+    seen = {}
+    monkeypatch.setattr(same_numbers.subprocess, "run", fake_script_run(seen))
+    assert same_numbers.run_scalars(checkout(tmp_path), ["python", "ppo_a.py"]) == {"losses/x": [(1, 0.5)]}
+    assert seen["files"] == ["ppo_a.py"]
+
+
+def test_same_numbers_runs_each_script_on_one_thread_with_a_fixed_hash_seed(tmp_path, monkeypatch):
+    import same_numbers
+
+    seen = {}
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    monkeypatch.setenv("PYTHONHASHSEED", "random")
+    monkeypatch.setattr(same_numbers.subprocess, "run", fake_script_run(seen))
+    same_numbers.run_scalars(checkout(tmp_path), ["python", "ppo_a.py"])
+    assert seen["env"]["OMP_NUM_THREADS"] == "1" and seen["env"]["PYTHONHASHSEED"] == "0"
+
+
+def test_same_numbers_refuses_a_run_that_failed_in_one_line(tmp_path, monkeypatch):
+    import same_numbers
+
+    monkeypatch.setattr(same_numbers.subprocess, "run", fake_script_run({}, code=1))
+    with pytest.raises(SystemExit) as stop:
+        same_numbers.run_scalars(checkout(tmp_path), ["python", "ppo_a.py", "--x"])
+    assert str(stop.value.code).startswith("error: ppo_a.py --x failed in ") and "traceback" in str(stop.value.code)
+    with pytest.raises(SystemExit) as stop:  # under torchrun: named by the script, not by torchrun's module
+        same_numbers.run_scalars(checkout(tmp_path), ["python", "-m", "torch.distributed.run", "ppo_a.py", "--x"])
+    assert str(stop.value.code).startswith("error: ppo_a.py --x failed in ")
+
+    def hang(command, timeout, **kwargs):
+        raise subprocess.TimeoutExpired(command, timeout)
+
+    monkeypatch.setattr(same_numbers.subprocess, "run", hang)
+    with pytest.raises(SystemExit) as stop:  # a hang: one line, not TimeoutExpired's traceback
+        same_numbers.run_scalars(checkout(tmp_path), ["python", "ppo_a.py", "--x"])
+    assert str(stop.value.code) == f"error: ppo_a.py --x ran past {same_numbers.RUN_TIMEOUT_S} s in {tmp_path}"
+
+
+def test_same_numbers_exits_1_when_any_case_differs_not_only_the_last(monkeypatch, capsys):
+    import same_numbers
+
+    monkeypatch.setattr(same_numbers.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))  # no git
+
+    def run_scalars(checkout, command):
+        differs = checkout != same_numbers.ROOT and command is same_numbers.CASES["continuous"]
+        return {"losses/x": [(1, 2.0 if differs else 1.0)]}
+
+    monkeypatch.setattr(same_numbers, "run_scalars", run_scalars)
+    monkeypatch.setattr(sys, "argv", ["same_numbers.py", "--against", "HEAD", "--cases", "continuous", "gridworld"])
+    with pytest.raises(SystemExit) as stop:
+        same_numbers.main()
+    out = capsys.readouterr().out.splitlines()
+    assert stop.value.code == 1 and len(out) == 2
+    assert out[0].startswith("continuous ") and "losses/x at step 1: 1.0 against 2.0" in out[0]
+    assert out[1].startswith("gridworld ") and out[1].endswith("same: 1 values")
+
+
+def test_same_numbers_names_tags_that_differ_even_when_as_many():
+    import same_numbers
+
+    assert same_numbers.first_difference({"a": [(1, 1.0)]}, {"b": [(1, 1.0)]}) == "tags differ: ['a', 'b']"

@@ -2,6 +2,7 @@
 rollout -> GAE -> update -> logs) does, by its effect. Spies record what the real functions were
 given; nothing is stubbed out."""
 
+import copy
 import dataclasses
 import json
 import math
@@ -710,3 +711,40 @@ def test_a_reset_after_a_done_makes_the_next_step_a_real_transition_of_the_rewar
     assert envs.return_rms.count == pytest.approx(count + 1)  # a transition of the new episode
     assert envs.returns[0] == pytest.approx(1.0)  # whose return starts from zero
     envs.close()
+
+
+# --- ninth audit: the optimizer main builds ---------------------------------------------------------------------
+# one iteration of 80 Adam steps (10 epochs x 8 minibatches of 16) at a large constant rate: Adam's betas, a weight
+# decay or a parameter left out all move the parameters visibly within it
+ONE_ADAM_UPDATE = dict(
+    env_id="Pendulum-v1", num_envs=2, num_steps=64, total_timesteps=128, num_minibatches=8, update_epochs=10,
+    learning_rate=1e-2, anneal_lr=False, ent_coef=0.01, eval_episodes=0,
+)  # fmt: skip
+
+
+def test_main_steps_every_parameter_with_adams_default_betas_no_weight_decay_and_adam_eps(tmp_path, monkeypatch):
+    """main's optimizer is PyTorch's Adam over every parameter of the agent, the log-std included, with Adam's
+    default betas (0.9, 0.999), no weight decay and eps ADAM_EPS (README: "Adam eps 1e-5"). main's update is
+    replayed through the real update() with such an Adam, from the same parameters and random state: it must land
+    on the same parameters."""
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+
+    def before(agent, optimizer, buf, advantages, returns, args, kl_beta, clip_coef):
+        seen["start"] = copy.deepcopy(agent)
+        seen["call"] = (copy.deepcopy(buf), advantages.clone(), returns.clone(), args, kl_beta, clip_coef)
+        seen["lr"], seen["rng"] = optimizer.param_groups[0]["lr"], torch.get_rng_state()
+
+    def after(result, agent, *rest):
+        seen["end"] = [p.detach().clone() for p in agent.parameters()]
+
+    real_update = C.update
+    spy(monkeypatch, C, "update", before=before, after=after)
+    C.main(C.Args(**ONE_ADAM_UPDATE))
+    reference = copy.deepcopy(seen["start"])
+    adam = torch.optim.Adam(reference.parameters(), lr=seen["lr"], eps=C.ADAM_EPS, fused=True)  # default betas
+    torch.set_rng_state(seen["rng"])
+    real_update(reference, adam, *seen["call"])
+    for (name, p), q, p0 in zip(reference.named_parameters(), seen["end"], seen["start"].parameters()):
+        assert not torch.equal(q, p0), f"{name} was not trained"
+        assert torch.allclose(p, q, atol=1e-6, rtol=1e-5), name

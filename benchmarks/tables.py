@@ -529,7 +529,7 @@ def table1_paper(found: dict, random: dict[str, float]) -> tuple[dict[str, list[
 def paired_p_interval(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """(runs_x, envs), (runs_y, envs) -> the 95% interval of P(a run of x beats a run of y): the stratified bootstrap
     of estimates() (each side's runs resampled within each env, percentile interval), in one vectorized draw, for
-    Table 1's 45 pairs that rliable's loop would take a minute over."""
+    Table 1's 45 pairs, which rliable's loop takes 15 to 20 s over (6 ms a pair here, 370 ms there)."""
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     pick_x = rng.integers(0, len(x), size=(BOOTSTRAP_REPS, *x.shape))  # (reps, runs_x, envs): rows drawn per env
     pick_y = rng.integers(0, len(y), size=(BOOTSTRAP_REPS, *y.shape))

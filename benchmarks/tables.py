@@ -562,13 +562,15 @@ def table1_pairs(matrices: dict[str, np.ndarray], stats: dict[str, dict], done: 
             open_ += 1
     n_kept = sum(map(len, kept.values()))
     orderings = n_kept + len(reversed_) + open_
-    above = "; ".join(f"{short(high)} > {', '.join(lows)}" for high, lows in kept.items()) or "none"
+    above = "; ".join(f"{short(high)} > {', '.join(lows)}" for high, lows in kept.items())
+    keep = f"{n_kept} ({above})" if kept else "none"
+    reverse = f"{len(reversed_)} (here {'; '.join(reversed_)})" if reversed_ else "none"
     if not orderings:
         return "Pair by pair: no two settings the paper scores apart have all their runs yet."
     return (
         f"Pair by pair, among the settings with all their runs (P(the paper's higher setting beats its lower), the "
-        f"same stratified bootstrap): of the paper's {orderings} orderings of them, these runs keep {n_kept} "
-        f"({above}), reverse {len(reversed_)} (here {'; '.join(reversed_) or 'none'}) and leave {open_} open."
+        f"same stratified bootstrap): of the paper's {orderings} ordering{'s' if orderings > 1 else ''} of them, "
+        f"these runs keep {keep}, reverse {reverse} and leave {open_} open."
     )
 
 

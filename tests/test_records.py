@@ -737,6 +737,9 @@ def test_table1s_pairs_take_rliables_stratified_bootstrap_of_the_probability_of_
     # drawn whole, the same rows for every task, would keep the one task's interval)
     low, high = tables.paired_p_interval(np.repeat(one_best, 7, axis=1), np.full((3, 7), 0.5))
     assert 0.0 < low < 1 / 3 < high < 2 / 3
+    same = {"kl-adaptive": np.ones((3, 7)), "kl-fixed-3": np.ones((3, 7))}  # the paper: 0.74 above 0.72
+    line = tables.table1_pairs(same, {}, ["kl-fixed-3", "kl-adaptive"])
+    assert line.endswith("of the paper's 1 ordering of them, these runs keep none, reverse none and leave 1 open.")
 
 
 def test_the_cpus_a_table_ran_on_read_as_prose_without_the_vendors_marks():

@@ -323,11 +323,20 @@ def train_time(folder: str) -> float:
 
 
 def write_record(run: Run, folder: str, records_dir: str = RECORDS_DIR) -> str:
+    """The run's record, whole or not at all: written to a hidden file beside it, then renamed over it, so that
+    another grid's tables.py, reading the records at that moment, never finds half of one."""
     os.makedirs(records_dir, exist_ok=True)
-    with open(record_path(run, records_dir), "w") as f:
-        json.dump(make_record(run, folder), f, indent=1)
-        f.write("\n")
-    return record_path(run, records_dir)
+    path = record_path(run, records_dir)
+    partial = os.path.join(records_dir, f".{run.label}.json.partial")
+    try:
+        with open(partial, "w") as f:
+            json.dump(make_record(run, folder), f, indent=1)
+            f.write("\n")
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return path
 
 
 def commit_record(path: str, label: str) -> str:

@@ -183,3 +183,16 @@ def test_a_stopped_grid_starts_no_other_run_counts_its_runs_saved_and_exits_with
     out = capsys.readouterr().out
     assert out.count("stopped with the grid") == 2 and "FAILED" not in out, out
     assert not (tmp_path / "ready3").exists()  # the third run never started
+
+
+def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Two grids share the records: one's tables.py may read while the other writes. A write that fails halfway
+    (here: a value json cannot write, after the fields before it) leaves the earlier record whole, and no stray file."""
+    records, run = tmp_path / "records", grid.grid_runs("atari")[0]
+    folder = finished_run(tmp_path, run.env_id, f"{run.grid}-{run.variant}", run.seed)
+    path = Path(grid.write_record(run, str(folder), str(records)))
+    earlier = path.read_text()
+    monkeypatch.setattr(grid, "make_record", lambda run, folder: {"summary": {"steps": 1}, "curve": {object()}})
+    with pytest.raises(TypeError):
+        grid.write_record(run, str(folder), str(records))
+    assert path.read_text() == earlier and json.loads(earlier) and [p.name for p in records.iterdir()] == [path.name]

@@ -5,6 +5,7 @@ it committed (benchmarks/records/) where a run folder is missing.
     python benchmarks/tables.py --per-seed        # and every run's own figures
     python benchmarks/tables.py --dir evidence    # where grid.py put runs/
     python benchmarks/tables.py --figure docs/intervals.png   # the intervals as a figure
+    python benchmarks/tables.py --table1-figure docs/table1_paper.png   # Table 1 at 1M beside the paper's
     python benchmarks/tables.py --write           # the README's and docs' tables and quoted figures, from the records
     python benchmarks/tables.py --check           # exit 1 naming each page that differs from the records (the suite's)
 
@@ -518,7 +519,9 @@ def table1_paper(found: dict, random: dict[str, float]) -> tuple[dict[str, list[
         score = f"{np.mean(scores[v]):.2f} {interval}"
         cells = f"{len(scores[v])} | {score} | {PAPER_TABLE1[v]:.2f} |{interval_cells(stats.get(v, {}))}"
         lines.append(f"| {TABLE1_NAMES[v]} | {cells}")
-        quoted[f"table1-paper/{v}/score"] = float(np.mean(scores[v]))
+        quoted[f"table1-paper/{v}/score"], quoted[f"table1-paper/{v}/runs"] = float(np.mean(scores[v])), len(scores[v])
+        if v in ci:
+            quoted[f"table1-paper/{v}/low"], quoted[f"table1-paper/{v}/high"] = map(float, np.ravel(ci[v]))
     head = f"| setting | {' | '.join(e.removesuffix('-v4') for e in envs)} |"
     tasks = [head, "|" + " --- |" * (head.count("|") - 1)]
     tasks += [f"| {TABLE1_NAMES[v]} | {' | '.join(env_cells(found, v, envs))} |" for v in variants]
@@ -664,6 +667,52 @@ def figure(panels: dict[str, tuple[dict, dict]], path: str) -> None:
             ax.set_yticks(range(len(labels)), labels if col == 0 else [""] * len(labels), fontsize=8)
             ax.set_xlabel(xlabel)
             ax.set_title(f"{title}: 95% stratified-bootstrap intervals" if col == 0 else title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+Table1Row = tuple[str, int, float, tuple[float, float] | None, float]  # (name, runs, score, interval, the paper's)
+
+
+def table1_rows(quoted: dict[str, object]) -> list[Table1Row]:
+    """Table 1 at the paper's scale as its figure draws it, the paper's best first: per setting with runs, (its name,
+    its runs, their normalized score, its 95% interval or None while runs are to come, the paper's score)."""
+    rows = []
+    for v in sorted(PAPER_TABLE1, key=lambda v: -PAPER_TABLE1[v]):
+        if f"table1-paper/{v}/score" in quoted:
+            low, high = (quoted.get(f"table1-paper/{v}/{end}") for end in ("low", "high"))
+            interval = None if low is None else (low, high)
+            score, runs = quoted[f"table1-paper/{v}/score"], quoted[f"table1-paper/{v}/runs"]
+            rows.append((TABLE1_NAMES[v], runs, score, interval, PAPER_TABLE1[v]))
+    return rows
+
+
+def table1_figure(rows: list[Table1Row], path: str) -> None:
+    """These runs' Table 1 beside the paper's: one line per setting, the runs' score with its interval (a hollow
+    dot while runs are to come) and the paper's score. Each is normalized to its own best setting per task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.38 * len(rows)))
+    for i, (_, _, score, interval, paper) in enumerate(rows[::-1]):  # the paper's best at the top
+        if interval:
+            ax.plot(interval, [i, i], lw=6, alpha=0.5, color="C0")
+        ax.plot([score], [i], "o", color="C0", mfc="C0" if interval else "none")
+        ax.plot([paper], [i], "x", color="C3", ms=8)
+    ax.axvline(0.0, color="grey", ls="--", lw=1)  # the random policy
+    ax.set_yticks(range(len(rows)), [name for name, *_ in rows[::-1]], fontsize=8)
+    ax.set_xlabel("normalized score (0: random policy, 1: the best setting on each task), averaged over tasks")
+    runs = f"{sum(row[1] for row in rows)} of {len(TABLE1_NAMES) * TABLE1_RUNS} runs"
+    ax.set_title(f"Table 1 at 1M steps, 7 tasks: these runs ({runs}) and the PPO paper's", fontsize=10)
+    keys = [
+        Line2D([], [], color="C0", marker="o", lw=6, alpha=0.5, label="these runs, 95% interval"),
+        Line2D([], [], color="C0", marker="o", mfc="none", ls="", label="these runs, runs to come"),
+        Line2D([], [], color="C3", marker="x", ls="", label="the PPO paper"),
+    ]
+    ax.legend(handles=keys, fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -970,16 +1019,18 @@ def main() -> None:
     parser.add_argument("--records", default=grid.RECORDS_DIR, help="the records of runs whose folder is missing")
     parser.add_argument("--per-seed", action="store_true", help="also list every run's figures")
     parser.add_argument("--figure", help="also draw the studies' intervals to this PNG")
+    parser.add_argument("--table1-figure", help="also draw Table 1 at the paper's scale beside its figures to this PNG")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--write", action="store_true", help="write the tables and quoted figures into the pages")
     what.add_argument("--check", action="store_true", help="exit 1 naming each page that differs from the records")
     parser.add_argument("--root", default=grid.ROOT, help="where the pages are (README.md, docs/)")
     parser.add_argument("--names", action="store_true", help="list the figures quoted.py can name, with their values")
     args = parser.parse_args()
-    if args.figure:
-        from plot_curves import check_out
+    for flag, path in (("--figure", args.figure), ("--table1-figure", args.table1_figure)):
+        if path:
+            from plot_curves import check_out
 
-        check_out(args.figure, "--figure")
+            check_out(path, flag)
     if (args.write or args.check) and not (
         os.path.isfile(os.path.join(args.root, "README.md")) and os.path.isdir(os.path.join(args.root, "docs"))
     ):
@@ -1000,6 +1051,8 @@ def main() -> None:
     print("\n".join(lines))
     if args.figure and panels:
         figure(panels, args.figure)
+    if args.table1_figure and table1_rows(quoted):
+        table1_figure(table1_rows(quoted), args.table1_figure)
 
 
 if __name__ == "__main__":

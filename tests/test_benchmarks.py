@@ -691,6 +691,7 @@ def test_a_picture_that_cannot_be_written_is_one_line_before_any_work(tmp_path, 
     for tool, flag, rest in (
         ("plot_curves.py", "--out", ["--group", f"a={runs}/*__a__*"]),
         ("tables.py", "--figure", ["--dir", str(tmp_path), "--records", str(tmp_path)]),  # it draws nothing here
+        ("tables.py", "--table1-figure", ["--dir", str(tmp_path), "--records", str(tmp_path)]),
     ):
         bad = run_tool(tool, flag, str(tmp_path / out), *rest, cwd=tmp_path)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1, (tool, bad.stderr)  # no traceback

@@ -321,8 +321,9 @@ def test_table1_at_the_papers_scale_scores_every_setting_as_the_paper_does_and_s
             for variant in grid.TABLE1_1M_VARIANTS.keys() - {"clip-0.2"}:
                 value = last_100.get(variant, lambda s: 500.0 + s)(seed)  # the rest: below clip 0.2 everywhere
                 write_record(records, "table1-1m", env_id, seed, 0.0, value, variant)
-    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
+    out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records), "--table1-figure", str(tmp_path / "t1"))
     assert out.returncode == 0, out.stderr
+    assert (tmp_path / "t1.png").stat().st_size > 0  # the figure beside the table: a name with no suffix is a PNG
     table = out.stdout.split("Table 1 at the paper's scale, 1M steps")[1].split("\n\n")[1]
     rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
     assert list(rows) == list(tables.TABLE1_NAMES.values())  # the paper's eleven, in its order
@@ -778,3 +779,26 @@ def test_table1_at_the_papers_scale_bootstraps_within_each_task_and_judges_a_set
     score, low, high = map(float, rows["clipping, eps = 0.2 (default)"][1].strip("]").replace("[", ",").split(","))
     assert score == round(920 / 2120, 2) and low < score < high < low + 0.06  # pooled, 0.1-0.7 would give +- 0.09
     assert rows["clipping, eps = 0.3"][-1] == "better |"  # P(better) 4/7 over the seven tasks; 0 over the small three
+
+
+def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_beside_the_papers(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+    found: dict = {}
+    for env_id in grid.PAPER_ENVS:
+        for seed in grid.STUDY_SEEDS:
+            found.setdefault(("clip-0.2", env_id), []).append({"seed": seed, "last_100": 1000.0 + 100.0 * seed})
+            found.setdefault(("none", env_id), []).append({"seed": seed, "last_100": 100.0 * seed})
+            if (env_id, seed) != ("Swimmer-v4", 3):  # clip 0.1's last run still to come
+                found.setdefault(("clip-0.1", env_id), []).append({"seed": seed, "last_100": 2000.0 + seed})
+    blocks, quoted = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
+    table = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:3] for line in blocks["table1-paper"][2:-1]}
+    rows = tables.table1_rows(quoted)
+    in_order = ["clipping, eps = 0.2 (default)", "clipping, eps = 0.1", "no clipping or penalty"]
+    assert [name for name, *_ in rows] == in_order  # the paper's order: 0.82, 0.76, -0.39
+    for name, runs, score, interval, paper in rows:
+        drawn = f"{score:.2f} " + ("[{:.2f}, {:.2f}]".format(*interval) if interval else "(runs to come)")
+        assert table[name] == [str(runs), drawn]  # the figure shows what the table says
+        assert paper == tables.PAPER_TABLE1[next(v for v, n in tables.TABLE1_NAMES.items() if n == name)]
+    assert [runs for _, runs, *_ in rows] == [21, 20, 21] and rows[1][3] is None and rows[2][3][0] < rows[2][3][1]
+    tables.table1_figure(rows, str(tmp_path / "table1.png"))
+    assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -55,7 +55,7 @@ class Args:
     cuda: bool = True
     """use CUDA when it is available"""
     compile: bool = False
-    """torch.compile the update's minibatch step: faster where PyTorch's per-operation overhead dominates (README)"""
+    """torch.compile each minibatch's loss and its backward (Adam's step stays eager): see README's speed flags"""
     bf16: bool = False
     """the networks in bf16 (autocast; all else fp32): on a GPU or CPU with bf16 in hardware, faster there (README)"""
     track: bool = False

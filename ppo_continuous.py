@@ -55,7 +55,7 @@ class Args:
     cuda: bool = True
     """use CUDA when it is available"""
     compile: bool = False
-    """torch.compile the update's minibatch step: faster where PyTorch's per-operation overhead dominates (README)"""
+    """torch.compile each minibatch's loss and its backward (Adam's step stays eager): see README's speed flags"""
     bf16: bool = False
     """the networks in bf16 (autocast; all else fp32): on a GPU or CPU with bf16 in hardware, faster there (README)"""
     track: bool = False
@@ -259,7 +259,7 @@ def make_envs(args: Args, run_name: str) -> VectorEnv:
 # 3. Agent ------------------------------------------------------------------------------------
 
 HIDDEN = 64  # units in each of the two hidden layers
-INIT_STD = 0.5  # the policy's starting action std; 1.0 (CleanRL's) flails: see README, "Initial std"
+INIT_STD = 0.5  # the policy's starting action std; 1.0 (CleanRL's) flails: docs/choices.md, "Initial std"
 CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation

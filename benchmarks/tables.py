@@ -477,7 +477,7 @@ def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
     st = stats["default"]
     if st["seeds"] < 2:
         runs = f"{st['runs']} run{'s' if st['runs'] > 1 else ''}"
-        return [f"{what}: one seed run on every env so far ({runs}), too few for an interval", ""]
+        return [f"{what}: an interval takes the seeds run on every env, one so far ({runs}): too few", ""]
     low, high = st["iqm_ci"]
     iqm = f"IQM of normalized scores ({zero_one}) {st['iqm']:.2f}, 95% CI [{low:.2f}, {high:.2f}]"
     return [f"{what}: {iqm}, {st['runs']} runs ({st['seeds']} seeds x {st['runs'] // st['seeds']} envs)", ""]

@@ -251,7 +251,9 @@ def test_results_tables_show_the_last_100_on_mujoco_the_last_10_on_atari_interva
     assert "| PongNoFrameskip-v4 | 1 | 5.0 | - | -20.7 | 20.7 (10M) |" in out.stdout
     iqm = stats.trim_mean((cheetah + 100) / (1442 + 100), 0.25)  # 0 the random policy, 1 CleanRL's published mean
     assert f"(0 random, 1 CleanRL's published return) {iqm:.2f}, 95% CI [" in out.stdout and "3 runs" in out.stdout
-    assert "Atari, the defaults: one seed run on every env so far (1 run), too few for an interval" in out.stdout
+    assert "Atari, the defaults: an interval takes the seeds run on every env, one so far (1 run): too few" in (
+        out.stdout
+    )
     pong = np.array([-5.0, -10.0, 0.0])
     for seed, last_100 in ((2, pong[1]), (3, pong[2])):
         write_record(records, "atari", "PongNoFrameskip-v4", seed, 0.0, last_100)
@@ -276,7 +278,8 @@ def test_the_papers_seven_tasks_stand_beside_its_figures_and_baselines_and_are_s
     write_record(records, "mujoco", "InvertedPendulum-v4", 1, 0.0, 1000.0)  # its seeds 2 and 3 still to run
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr  # no interval over the tasks that ran more seeds, as if they were all
-    assert "seven tasks (the seeds run on every task): one seed run on every env so far (3 runs), too few" in out.stdout
+    one_seed = "an interval takes the seeds run on every env, one so far (3 runs): too few"
+    assert f"seven tasks (the seeds run on every task): {one_seed}" in out.stdout
     write_record(records, "mujoco", "InvertedPendulum-v4", 2, 0.0, 900.0)  # seed 3 still to run: left out everywhere
     out = tool("tables.py", "--dir", str(tmp_path), "--records", str(records))
     assert out.returncode == 0, out.stderr
@@ -545,7 +548,8 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert rows["PongNoFrameskip-v4"][1:3] == ["4.0", "19.0"] and rows["PongNoFrameskip-v4"][8] == "1.0 (2778) |"
     assert (
         "One seed a game so far" in table
-        and "Atari at 10M steps, the defaults: one seed run on every env so far (2 runs)" in out.stdout
+        and "Atari at 10M steps, the defaults: an interval takes the seeds run on every env, one so far (2 runs)"
+        in out.stdout
     )
     assert "Hours of training and steps per second on a CPU not recorded" in table
     summary = "At 10M steps, 1 seed a game (2 runs), the last 100 games: Breakout 301.7 (CleanRL 414.66 +- 28.09); "
@@ -560,7 +564,8 @@ def test_atari_at_10m_scores_the_papers_two_ways_beside_the_published_figures_an
     assert "One seed a game so far" not in out.stdout and "on AMD EPYC and a CPU not recorded" in out.stdout
     assert "At 10M steps, 1 to 2 seeds a game (3 runs), the last 100 games: Breakout 301.7 (CleanRL" in out.stdout
     # Pong's two seeds are no interval for the games: Breakout has run one
-    assert "Atari at 10M steps, the defaults: one seed run on every env so far (2 runs), too few" in out.stdout
+    one_seed = "an interval takes the seeds run on every env, one so far (2 runs): too few"
+    assert f"Atari at 10M steps, the defaults: {one_seed}" in out.stdout
     first = json.loads((records / "BreakoutNoFrameskip-v4__atari-10m-default__1.json").read_text())
     run = grid.Run("atari-10m", "default", "BreakoutNoFrameskip-v4", 2, None, ())
     Path(grid.record_path(run, str(records))).write_text(json.dumps(first | {"seed": 2, "last_100": 250.0}))

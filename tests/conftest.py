@@ -2,6 +2,7 @@
 script's functions, and the fake environments, wrappers and rollouts the tests share.
 Test files import from here, never from each other."""
 
+import json
 import os
 
 # under pytest-xdist the workers share the cores: each worker, and every script it starts, gets its share
@@ -262,3 +263,19 @@ def args_for(**overrides) -> C.Args:
     """Args that fit make_rollout's batch."""
     base = dict(num_envs=N, num_steps=T, num_minibatches=4, update_epochs=3, total_timesteps=T * N, ent_coef=0.01)
     return C.Args(**(base | overrides))
+
+
+def finished_run_folder(runs_dir: Path, env_id: str, exp_name: str, seed: int, returns: list[float]) -> Path:
+    """A finished run folder as the scripts write it: returns in TensorBoard, summary.json, eval.json."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = runs_dir / f"{env_id}__{exp_name}__{seed}__1700000000"
+    writer = SummaryWriter(str(folder))
+    for i, value in enumerate(returns):
+        writer.add_scalar("charts/episodic_return", value, (i + 1) * 1000)
+    writer.close()
+    summary = {"global_step": len(returns) * 1000, "mean_return_last_10": float(np.mean(returns[-10:]))}
+    summary |= {"wall_time_s": 123.0}
+    (folder / "summary.json").write_text(json.dumps(summary | {"eval_mean_return": returns[-1] + 1, "sps": 100.0}))
+    (folder / "eval.json").write_text(json.dumps({"returns": [returns[-1] + 1] * 2}))
+    return folder

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import cluster
 import pytest
-from conftest import HANG_TIMEOUT, ROOT, SLOW_POINTMASS, STEP_S, scalars
+from conftest import HANG_TIMEOUT, ROOT, SLOW_POINTMASS, STEP_S, finished_run_folder, scalars
 
 POINTMASS = ["--env-id", "pointmass:PointMass-v0", "--eval-episodes", "2"]
 ENV = os.environ | {"PYTHONPATH": str(ROOT / "examples"), "OMP_NUM_THREADS": "1"}  # as the tasks' one CPU
@@ -204,10 +204,9 @@ task.proc.wait()
 def test_a_requeued_task_whose_run_ended_as_the_warning_came_lands_it_and_starts_no_run(tmp_path, monkeypatch):
     """The run wrote its summary, then the warning stopped the task: the requeued task must not start the run anew."""
     import grid
-    from test_records import fake_run
 
     run = grid.Run(grid.SEEDS_GRID, "ended", "pointmass:PointMass-v0", 1, None, ())
-    fake_run(tmp_path / "runs", run.env_name, run.exp_name, 1, [1.0] * 12)
+    finished_run_folder(tmp_path / "runs", run.env_name, run.exp_name, 1, [1.0] * 12)
     started = []
     monkeypatch.setattr(cluster.subprocess, "Popen", lambda *a, **k: started.append(a))
     monkeypatch.setenv("SLURM_JOB_ID", "42")
@@ -367,7 +366,6 @@ def test_a_submission_takes_the_runs_not_done_recorded_or_queued_with_every_opti
     """grid.py's --slurm branch down to submitit's executor (a stand-in: no cluster needed): which runs become
     tasks, with --commit, and which options reach the array."""
     import grid
-    from test_records import fake_run
 
     made = stand_in_executor(monkeypatch)
     monkeypatch.setattr(cluster, "queued", lambda job: "PENDING" if job == "5_0" else None)
@@ -375,7 +373,10 @@ def test_a_submission_takes_the_runs_not_done_recorded_or_queued_with_every_opti
     records, runs_dir = tmp_path / "records", tmp_path / "shared" / "runs"
     records.mkdir()
     shutil.copy(grid.record_path(runs[0], grid.RECORDS_DIR), records)  # recorded
-    fake_run(runs_dir, runs[1].env_name, runs[1].exp_name, runs[1].seed, [1.0] * 12)  # done, not recorded yet
+    # runs[1]: done, not recorded yet
+    finished_run_folder(
+        runs_dir, runs[1].env_name, runs[1].exp_name, runs[1].seed, [1.0] * 12
+    )  # done, not recorded yet
     cluster.write_state(str(runs_dir), runs[2], state="pending", job="5_0")  # queued by an earlier submission
     cluster.write_state(str(runs_dir), runs[3], state="failed", job="4_1", line="boom")  # failed: submitted again
     options = ["--time", "1:30:00", "--cpus-per-task", "2", "--max-running", "1", "--max-timeouts", "7"]

@@ -212,10 +212,13 @@ def test_progress_counts_every_episode_and_keeps_the_returns_of_the_last_ten():
     assert progress["recent_returns"] == [22.0, 23.0, 24.0, 25.0, 30.0, 31.0, 32.0, 33.0, 34.0, 35.0]
 
 
-def test_minibatch_slices_cover_the_batch_in_parts_that_differ_by_at_most_one():
-    slices = C.minibatch_slices(2046, 32)
+@pytest.mark.parametrize("batch_size, num_minibatches", [(2046, 32), (2048, 32), (7, 7), (5, 1)])
+def test_minibatch_slices_cover_the_batch_in_parts_that_differ_by_at_most_one(batch_size, num_minibatches):
+    slices = C.minibatch_slices(batch_size, num_minibatches)  # the Atari script's: the same lines (test_atari.py)
     sizes = [s.stop - s.start for s in slices]
-    assert len(slices) == 32 and sum(sizes) == 2046 and max(sizes) - min(sizes) <= 1
+    assert len(slices) == num_minibatches and max(sizes) - min(sizes) <= 1
+    # every sample once per epoch: the slices, taken in turn, are range(batch_size) itself (none repeated, none left)
+    assert [i for s in slices for i in range(batch_size)[s]] == list(range(batch_size))
 
 
 def test_gaussian_log_prob_and_the_policys_entropy_match_torch_normal():

@@ -429,6 +429,8 @@ def test_the_point_mass_is_seeded_by_reset_and_cut_at_its_time_limit():
         np.random.seed(global_seed)  # noqa: NPY002
         starts.append(pointmass.PointMass().reset(seed=3)[0])
     assert all(np.array_equal(starts[0][key], starts[1][key]) for key in starts[0])
+    other = pointmass.PointMass().reset(seed=4)[0]  # and the seed is what decides it
+    assert not all(np.array_equal(starts[0][key], other[key]) for key in other)
     env = gym.make("PointMass-v0", disable_env_checker=True)
     env.reset(seed=0)
     for _ in range(pointmass.EPISODE_STEPS - 1):

@@ -682,17 +682,25 @@ def test_a_non_finite_update_stops_with_exit_1_and_one_line_leaving_the_last_goo
 def test_a_diverging_run_ends_its_process_with_exit_1_one_error_line_no_traceback_and_a_finite_checkpoint(
     tmp_path, envs
 ):
-    """Divergence for real (a learning rate of 1e38), not a poisoned parameter, in a real process; with
-    --async-envs the env workers, which ignore SIGTERM, must not keep the process from exiting."""
-    flags = ["--total-timesteps", "2560", "--save-every", "1", "--learning-rate", "1e38", *envs]
-    proc = run_script(tmp_path, "ppo_continuous.py", *PENDULUM, *flags)
+    """Divergence for real (a learning rate of 1e38), not a poisoned parameter, in a real process, after a good
+    checkpoint: a finished run's, given one more iteration at that rate. With --async-envs the env workers, which
+    ignore SIGTERM, must not keep the process from exiting."""
+    first = run_script(tmp_path, "ppo_continuous.py", *PENDULUM, "--total-timesteps", "512", *envs)
+    assert first.returncode == 0, first.stderr
+    path = only_run(tmp_path) / C.CHECKPOINT
+    ckpt = torch.load(path, weights_only=True)
+    more = ckpt["args"]["num_envs"] * ckpt["args"]["num_steps"]  # one more iteration, at a rate that diverges
+    ckpt["args"] |= {"learning_rate": 1e38, "total_timesteps": 512 + more}
+    torch.save(ckpt, path)
+    good = path.read_bytes()
+    proc = run_script(tmp_path, "ppo_continuous.py", "--resume", str(path))
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: non-finite") and "Traceback" not in proc.stderr
-    run_dir = only_run(tmp_path)
-    if (run_dir / "checkpoint.pt").exists():  # the good one from before the fault, loadable
-        ckpt = C.load_checkpoint(str(run_dir / "checkpoint.pt"))
-        assert all(torch.isfinite(v).all() for v in ckpt["agent"].values())
+    fault = f"error: non-finite loss or parameters at iteration {ckpt['progress']['iteration'] + 1};"
+    assert lines[-1].startswith(fault) and "untouched" in lines[-1]
+    assert "Traceback" not in proc.stderr
+    assert path.read_bytes() == good  # the good checkpoint stays, whole and finite
+    assert all(torch.isfinite(v).all() for v in C.load_checkpoint(str(path))["agent"].values())
 
 
 # --- bad checkpoints ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import quoted
 import tables
-from conftest import HANG_TIMEOUT, ROOT
+from conftest import HANG_TIMEOUT, ROOT, finished_run_folder
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
@@ -130,10 +130,9 @@ def test_a_runs_minutes_and_sps_are_its_whole_training_s_and_the_quoted_helpers_
 
 
 def test_the_pages_are_checked_against_the_records_never_a_run_folder_of_this_machine(copy, tmp_path):
-    from test_records import fake_run
 
     # a finished run folder here whose figures differ from its committed record
-    fake_run(tmp_path / "here" / "runs", "Swimmer-v4", "mujoco-default", 1, [900.0] * 120)
+    finished_run_folder(tmp_path / "here" / "runs", "Swimmer-v4", "mujoco-default", 1, [900.0] * 120)
     args = ["--dir", str(tmp_path / "here"), "--records", str(copy / "records"), "--root", str(copy)]
     assert check("--check", *args).returncode == 0
     printed = check(*args[:2])

@@ -15,24 +15,8 @@ import grid
 import numpy as np
 import pytest
 import tables
-from conftest import HANG_TIMEOUT, ROOT
+from conftest import HANG_TIMEOUT, ROOT, finished_run_folder
 from scipy import stats
-
-
-def fake_run(runs_dir: Path, env_id: str, exp_name: str, seed: int, returns: list[float]) -> Path:
-    """A finished run folder as the scripts write it: returns in TensorBoard, summary.json, eval.json."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    folder = runs_dir / f"{env_id}__{exp_name}__{seed}__1700000000"
-    writer = SummaryWriter(str(folder))
-    for i, value in enumerate(returns):
-        writer.add_scalar("charts/episodic_return", value, (i + 1) * 1000)
-    writer.close()
-    summary = {"global_step": len(returns) * 1000, "mean_return_last_10": float(np.mean(returns[-10:]))}
-    summary |= {"wall_time_s": 123.0}
-    (folder / "summary.json").write_text(json.dumps(summary | {"eval_mean_return": returns[-1] + 1, "sps": 100.0}))
-    (folder / "eval.json").write_text(json.dumps({"returns": [returns[-1] + 1] * 2}))
-    return folder
 
 
 def tool(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -46,8 +30,8 @@ def test_records_of_finished_runs_give_tables_the_same_figures_once_the_run_fold
     (records / "random.json").write_text(json.dumps({"HalfCheetah-v4": -100.0, "Hopper-v4": 0.0, "Walker2d-v4": 0.0}))
     for i, env_id in enumerate(grid.SMALL_ENVS):
         for seed in (1, 2, 3):
-            fake_run(runs, env_id, "table1-clip-0.2", seed, [100.0 * i + seed + k for k in range(150)])
-            fake_run(runs, env_id, "table1-clip-0.3", seed, [200.0 * i + 3 * seed + k for k in range(150)])
+            finished_run_folder(runs, env_id, "table1-clip-0.2", seed, [100.0 * i + seed + k for k in range(150)])
+            finished_run_folder(runs, env_id, "table1-clip-0.3", seed, [200.0 * i + 3 * seed + k for k in range(150)])
     recorded = tool("grid.py", "record", "table1", "--dir", str(tmp_path), "--records", str(records))
     assert recorded.returncode == 0, recorded.stderr
     assert len(list(records.glob("*__table1-*.json"))) == 18
@@ -143,7 +127,7 @@ def test_plot_curves_draws_records_as_it_draws_run_folders_and_leaves_out_record
     runs, records = tmp_path / "runs", tmp_path / "records"
     records.mkdir()
     for seed in (1, 2):
-        fake_run(runs, "Hopper-v4", "table1-clip-0.2", seed, [10.0 * seed] * 300)
+        finished_run_folder(runs, "Hopper-v4", "table1-clip-0.2", seed, [10.0 * seed] * 300)
     assert tool("grid.py", "record", "table1", "--dir", str(tmp_path), "--records", str(records)).returncode == 0
     transcribed = {"env_id": "Hopper-v4", "seed": 3, "last_10": 5.0, "curve": None}  # a table's figures, no curve
     (records / "Hopper-v4__table1-clip-0.2__3.json").write_text(json.dumps(transcribed))
@@ -177,7 +161,7 @@ def test_plot_curves_draws_the_panels_asked_for_with_each_panels_reference_level
 
     runs = tmp_path / "runs"
     for env_id in ("Hopper-v4", "Swimmer-v4", "Walker2d-v4"):
-        fake_run(runs, env_id, "table1-clip-0.2", 1, [10.0] * 30)
+        finished_run_folder(runs, env_id, "table1-clip-0.2", 1, [10.0] * 30)
     drawn = []
     real_axhline = matplotlib.axes.Axes.axhline
     monkeypatch.setattr(
@@ -435,8 +419,8 @@ def test_a_tie_is_not_separated_and_a_settings_intervals_do_not_depend_on_the_ot
 def test_record_writes_only_the_missing_records_of_finished_runs_and_status_counts_a_recorded_cut_run(tmp_path):
     runs, records = tmp_path / "runs", tmp_path / "records"
     records.mkdir()
-    fake_run(runs, "Hopper-v4", "table1-clip-0.2", 1, [1.0] * 20)  # finished, recorded before
-    fake_run(runs, "Hopper-v4", "table1-clip-0.2", 2, [2.0] * 20)  # finished, no record yet
+    finished_run_folder(runs, "Hopper-v4", "table1-clip-0.2", 1, [1.0] * 20)  # finished, recorded before
+    finished_run_folder(runs, "Hopper-v4", "table1-clip-0.2", 2, [2.0] * 20)  # finished, no record yet
     cut = runs / "Hopper-v4__table1-clip-0.2__3__1700000000"  # a checkpoint, no summary.json
     cut.mkdir()
     (cut / "checkpoint.pt").write_bytes(b"")
@@ -582,7 +566,7 @@ def test_a_records_training_time_sums_every_process_that_ran_it_and_its_score_ov
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     returns = [float(k) for k in range(150)]  # more than the last 100
-    folder = fake_run(tmp_path / "runs", "Hopper-v4", "tuned-study", 1, returns)
+    folder = finished_run_folder(tmp_path / "runs", "Hopper-v4", "tuned-study", 1, returns)
     for start, seconds in ((1000.0, 50.0), (5000.0, 20.0)):  # a run and its resume, an hour apart
         writer = EventFileWriter(str(folder), filename_suffix=f".{start}")
         for t in (start, start + seconds / 2, start + seconds):

@@ -1,5 +1,6 @@
 """The benchmark tools run and report what they promise (their figures come from real runs)."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -563,7 +564,17 @@ def run_variant(tmp_path: Path, variant: str) -> dict:
 
 
 def test_details_variants_change_exactly_their_detail(tmp_path):
-    default = run_variant(tmp_path / "a", "clip-vloss")
+    import tyro
+
+    detail = {"clip-vloss": {"clip_vloss"}, "no-bootstrap-truncation": {"bootstrap_truncation"}}
+    detail |= {"no-norm-adv": {"norm_adv"}, "no-grad-clip": {"max_grad_norm"}}
+    defaults = dataclasses.asdict(C.Args())
+    for variant, flags in grid.DETAILS_VARIANTS.items():  # the flags as the script parses them: one field each
+        parsed = dataclasses.asdict(tyro.cli(C.Args, args=list(flags)))
+        assert {k for k in defaults if parsed[k] != defaults[k]} == detail.get(variant, set()), variant
+        assert (variant in grid.VARIANT_PATCHES) == (variant not in detail), variant  # else a patch of one name
+    assert all(patch.count("=") == 1 and ";" not in patch for patch in grid.VARIANT_PATCHES.values())
+    default = run_variant(tmp_path / "a", "clip-vloss")  # its other settings the defaults': the baseline below
     assert default["args"]["clip_vloss"]
     wide = run_variant(tmp_path / "b", "init-std-1.0")
     # one update moves log std by far less than log(1.0) - log(0.5) = 0.69

@@ -51,8 +51,9 @@ def test_compile_compiles_the_minibatch_loss_and_it_computes_what_the_eager_loss
     torch._dynamo.utils.counters.clear()
     compiled = run(tmp_path / "compiled", monkeypatch, module, compile=True)
     assert torch._dynamo.utils.counters["frames"]["ok"] > 0  # something was compiled
-    first_episodes = [r.get("charts/episodic_return", [])[:1] for r in (compiled, eager)]
-    assert first_episodes[0] == first_episodes[1]  # the first rollout, before any compiled update: the same
+    if module is C:  # Pendulum ends episodes within the first rollout (Breakout's 64 steps an env end no game)
+        first_episodes = [r["charts/episodic_return"][:1] for r in (compiled, eager)]
+        assert first_episodes[0] == first_episodes[1]  # the first rollout, before any compiled update: the same
     for tag in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/grad_norm"):
         (step, ours), (_, theirs) = compiled[tag][0], eager[tag][0]  # the first update: the last bits may differ
         assert step == (256 if module is C else 64) and ours == pytest.approx(theirs, rel=1e-3, abs=1e-7), tag

@@ -305,7 +305,7 @@ def test_workers_started_in_one_instant_with_other_settings_make_one_study_with_
     assert study.user_attrs["settings"]["space"][0]["low"] == float(low)  # the settings of the one that went on
 
 
-def test_an_rdb_storage_beats_every_minute_and_queues_a_trial_again_after_three_silent_ones(tmp_path):
+def test_an_rdb_storage_asks_optuna_for_a_beat_every_minute_and_a_retry_after_three_silent_ones(tmp_path):
     """The heartbeat the docs state: a running trial beats every HEARTBEAT_S; one silent for HEARTBEAT_GRACE_S (three
     beats missed, not one: a loaded node may be late) is failed and queued again by the next worker."""
     storage = tune.open_storage(f"sqlite:///{tmp_path}/s.db")
@@ -348,7 +348,7 @@ class PruneAtOnce(optuna.pruners.BasePruner):
         return True
 
 
-def test_the_pruner_stops_a_trial_and_its_run_from_the_third_report_on(tmp_path, monkeypatch):
+def test_a_pruned_trial_stops_its_run_and_the_median_pruner_waits_for_the_third_report(tmp_path, monkeypatch):
     monkeypatch.setattr(tune.optuna.pruners, "MedianPruner", PruneAtOnce)
     monkeypatch.chdir(ROOT)
     name = f"p{os.getpid()}"

@@ -706,7 +706,8 @@ def table1_figure(rows: list[Table1Row], path: str) -> None:
     ax.set_yticks(range(len(rows)), [name for name, *_ in rows[::-1]], fontsize=8)
     ax.set_xlabel("normalized score (0: random policy, 1: the best setting on each task), averaged over tasks")
     runs = f"{sum(row[1] for row in rows)} of {len(TABLE1_NAMES) * TABLE1_RUNS} runs"
-    ax.set_title(f"Table 1 at 1M steps, 7 tasks: these runs ({runs}) and the PPO paper's", fontsize=10)
+    title = f"Table 1 at 1M steps, {len(grid.PAPER_ENVS)} tasks: these runs ({runs}) and the PPO paper's"
+    ax.set_title(title, fontsize=10)
     keys = [
         Line2D([], [], color="C0", marker="o", lw=6, alpha=0.5, label="these runs, 95% interval"),
         Line2D([], [], color="C0", marker="o", mfc="none", ls="", label="these runs, runs to come"),

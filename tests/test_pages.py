@@ -155,3 +155,30 @@ def test_the_pages_and_the_tools_help_speak_of_the_project_not_of_how_it_was_mad
     texts += sorted(ROOT.glob("ppo_*.py"))
     found = [f"{path.name}: {m.group(0)!r}" for path in texts for m in MAKERS_ARRANGEMENTS.finditer(path.read_text())]
     assert not found, found
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_on_the_pages_reaches_a_file_and_each_anchor_a_heading_there():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    unfenced = {page: re.sub(r"```.*?```", "", page.read_text(), flags=re.S) for page in pages}
+    headings = {
+        page: {github_anchor(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)} for page, text in unfenced.items()
+    }
+    links = [(page, target) for page, text in unfenced.items() for target in re.findall(r"\]\(([^)\s]+)\)", text)]
+    local = [(page, target) for page, target in links if not re.match(r"[a-z]+:", target)]
+    assert len(local) >= 50  # the README's and docs' links to each other, their figures and the scripts
+    broken = []
+    for page, target in local:
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists() or (anchor and anchor not in headings.get(dest, set())):
+            broken.append(f"{page.name}: {target}")
+    assert not broken, broken
+    assert (
+        github_anchor("At the paper's scale: eleven settings, seven tasks")
+        == "at-the-papers-scale-eleven-settings-seven-tasks"
+    )

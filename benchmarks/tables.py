@@ -593,9 +593,12 @@ def table1_ranking(
     waiting = [short(v) for v in TABLE1_NAMES if v not in baseline + others]
     runs = sum(len(s) for s in scores.values())
     listed = lambda names: "; ".join(short(v) for v in names) or "none"  # noqa: E731
+    total = len(TABLE1_NAMES) * TABLE1_RUNS
+    so_far = " so far" if runs < total else ""  # the lines read as final once every run has landed
+    counted = f"{runs} of {total} runs so far" if so_far else f"all {total} runs"
     head = (
         f"Table 1 at the paper's scale ({len(TABLE1_NAMES)} settings x {len(grid.PAPER_ENVS)} tasks x "
-        f"{len(grid.STUDY_SEEDS)} seeds, 1M steps; {runs} of {len(TABLE1_NAMES) * TABLE1_RUNS} runs so far)"
+        f"{len(grid.STUDY_SEEDS)} seeds, 1M steps; {counted})"
     )
     if not baseline:
         summary = f"{head}: clip 0.2 has not all its runs yet, so whether it is the best is open."
@@ -606,12 +609,12 @@ def table1_ranking(
         summary = (
             f"{head}: of the {len(others)} other settings with all their runs, {len(verdicts['better'])} scored above "
             f"clip 0.2 where the intervals separate, {len(verdicts['worse'])} below, {len(verdicts['not separated'])} "
-            f"not separated: clip 0.2 is {best} so far."
+            f"not separated: clip 0.2 is {best}{so_far}."
         )
     line = (
         f"{head}, against clip 0.2 (the default): better {listed(verdicts['better'])}; worse "
-        f"{listed(verdicts['worse'])}; not separated {listed(verdicts['not separated'])}; runs still to come "
-        f"{'; '.join(waiting) or 'none'}."
+        f"{listed(verdicts['worse'])}; not separated {listed(verdicts['not separated'])}"
+        + (f"; runs still to come {'; '.join(waiting)}." if waiting else ".")
     )
     order = lambda pairs: " > ".join(f"{short(v)} ({value:.2f})" for v, value in pairs) or "none yet"  # noqa: E731
     paper = sorted(PAPER_TABLE1.items(), key=lambda kv: -kv[1])

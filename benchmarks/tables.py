@@ -707,15 +707,17 @@ def table1_figure(rows: list[Table1Row], path: str) -> None:
         ax.plot([paper], [i], "x", color="C3", ms=8)
     ax.axvline(0.0, color="grey", ls="--", lw=1)  # the random policy
     ax.set_yticks(range(len(rows)), [name for name, *_ in rows[::-1]], fontsize=8)
-    ax.set_xlabel("normalized score (0: random policy, 1: the best setting on each task), averaged over tasks")
-    runs = f"{sum(row[1] for row in rows)} of {len(TABLE1_NAMES) * TABLE1_RUNS} runs"
+    ax.set_xlabel("normalized score (0: random policy, 1: the best setting on each task), averaged over the runs")
+    runs, total = sum(row[1] for row in rows), len(TABLE1_NAMES) * TABLE1_RUNS
+    runs = f"{runs} of {total} runs" if runs < total else f"all {total} runs"
     title = f"Table 1 at 1M steps, {len(grid.PAPER_ENVS)} tasks: these runs ({runs}) and the PPO paper's"
     ax.set_title(title, fontsize=10)
     keys = [
         Line2D([], [], color="C0", marker="o", lw=6, alpha=0.5, label="these runs, 95% interval"),
-        Line2D([], [], color="C0", marker="o", mfc="none", ls="", label="these runs, runs to come"),
         Line2D([], [], color="C3", marker="x", ls="", label="the PPO paper"),
     ]
+    if not all(interval for _, _, _, interval, _ in rows):  # the hollow dot's key only while it is drawn
+        keys.insert(1, Line2D([], [], color="C0", marker="o", mfc="none", ls="", label="these runs, runs to come"))
     ax.legend(handles=keys, fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -791,3 +791,14 @@ def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_be
     assert [runs for _, runs, *_ in rows] == [21, 20, 21] and rows[1][3] is None and rows[2][3][0] < rows[2][3][1]
     tables.table1_figure(rows, str(tmp_path / "table1.png"))
     assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.figure
+
+    drawn_figures = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, path, **kw: drawn_figures.append(fig))
+    complete = [(name, 21, 0.8, (0.7, 0.9), tables.PAPER_TABLE1[v]) for v, name in tables.TABLE1_NAMES.items()]
+    for drawn in (rows, complete):  # the hollow dot's key and "of 231" while runs are to come, never after
+        tables.table1_figure(drawn, str(tmp_path / "t.png"))
+    (partial, final) = [(fig.axes[0].get_title(), [t.get_text() for t in fig.axes[0].get_legend().get_texts()])
+                        for fig in drawn_figures]  # fmt: skip
+    assert "(62 of 231 runs)" in partial[0] and "these runs, runs to come" in partial[1]
+    assert "(all 231 runs)" in final[0] and "these runs, runs to come" not in final[1]

@@ -770,6 +770,28 @@ def test_table1_at_the_papers_scale_bootstraps_within_each_task_and_judges_a_set
     assert rows["clipping, eps = 0.3"][-1] == "better |"  # P(better) 4/7 over the seven tasks; 0 over the small three
 
 
+def test_table1_scores_from_the_random_policy_up_and_bounds_the_mean_of_every_setting_with_two_seeds_a_task(
+    monkeypatch,
+):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 200)
+    found: dict = {}
+    for env_id in grid.PAPER_ENVS:
+        for seed in grid.STUDY_SEEDS:
+            found.setdefault(("clip-0.2", env_id), []).append({"seed": seed, "last_100": 1000.0 + 100.0 * seed})
+            if seed < 3:  # two whole seeds on every task: scored, with its interval
+                found.setdefault(("clip-0.1", env_id), []).append({"seed": seed, "last_100": 500.0 + 100.0 * seed})
+    blocks, quoted = tables.table1_paper(found, {e: 100.0 for e in grid.PAPER_ENVS})
+    # 0 the random policy's 100 and 1 clip 0.2's mean 1200: clip 0.1's mean 650 scores (650 - 100) / 1100
+    assert quoted["table1-paper/clip-0.1/score"] == pytest.approx(0.5)
+    assert quoted["table1-paper/clip-0.1/low"] < 0.5 < quoted["table1-paper/clip-0.1/high"]
+    assert any(line.startswith("| clipping, eps = 0.1 | 14 | 0.50 [") for line in blocks["table1-paper"])
+    found = {("clip-0.2", e): [{"seed": s, "last_100": r} for s, r in zip(grid.STUDY_SEEDS, (1000.0, 1000.0, 4000.0))]
+             for e in grid.PAPER_ENVS}  # fmt: skip
+    _, quoted = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
+    # each task 0.5, 0.5, 2 (best: the mean 2000): the mean's interval, not the IQM's (it would reach down to 0.5)
+    assert quoted["table1-paper/clip-0.2/score"] == pytest.approx(1.0) and quoted["table1-paper/clip-0.2/low"] > 0.6
+
+
 def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_beside_the_papers(tmp_path, monkeypatch):
     monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
     found: dict = {}
@@ -800,5 +822,9 @@ def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_be
         tables.table1_figure(drawn, str(tmp_path / "t.png"))
     (partial, final) = [(fig.axes[0].get_title(), [t.get_text() for t in fig.axes[0].get_legend().get_texts()])
                         for fig in drawn_figures]  # fmt: skip
+    ax = drawn_figures[0].axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert {labels[int(dot.get_ydata()[0])]: dot.get_xdata()[0] for dot in dots} == {n: x for n, _, x, *_ in rows}
     assert "(62 of 231 runs)" in partial[0] and "these runs, runs to come" in partial[1]
     assert "(all 231 runs)" in final[0] and "these runs, runs to come" not in final[1]

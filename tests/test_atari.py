@@ -227,6 +227,7 @@ def test_threads_follow_omp_num_threads_or_the_cores_this_process_may_use(monkey
 def test_breakout_is_wrapped_to_fire_at_reset_and_each_of_its_five_lives_ends_a_learning_episode():
     env = make_real_env()
     assert isinstance(env.env.env, A.FireReset)
+    assert env.action_space.n == 4  # Breakout's minimal action set (NOOP, FIRE, RIGHT, LEFT), not the full 18
     env.reset(seed=0)
     ale = env.unwrapped.ale
     assert ale.lives() == 5
@@ -439,10 +440,11 @@ def test_the_network_sees_pixels_scaled_to_unit_range():
     agent = A.Agent(envs)
     seen = []
     agent.network[0].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
-    obs = np.full((2, A.FRAME_STACK, A.SCREEN, A.SCREEN), 255, dtype=np.uint8)
-    obs[1] = 0
+    obs = np.full((3, A.FRAME_STACK, A.SCREEN, A.SCREEN), 255, dtype=np.uint8)
+    obs[1], obs[2] = 0, 128
     agent.get_value(torch.as_tensor(obs))
     assert seen[0].dtype == torch.float32 and seen[0][0].min() == 1.0 and seen[0][1].max() == 0.0
+    assert torch.allclose(seen[0][2], torch.tensor(128 / 255))  # mid-grey is mid-range: no rounding, no floor
     envs.close()
 
 
@@ -559,6 +561,8 @@ def test_a_game_is_cut_at_108k_frames_as_in_the_ppo_paper_and_cleanrl(env_id):
     env = A.make_env(env_id, 0, False, "test", {})()
     env.reset(seed=0)
     assert env.unwrapped.ale.getInt("max_num_frames_per_episode") == 108_000  # 30 minutes of play at 60 Hz
+    # the ALE's frame counter is the only limit: a TimeLimit beneath the frame skipping would count raw frames
+    assert gym.wrappers.TimeLimit not in wrappers_of(env)
     env.close()
 
 
@@ -733,6 +737,52 @@ def test_get_action_and_value_samples_at_the_policy_probabilities_scores_and_val
     assert torch.allclose(logprobs, PROBS.log()[actions], atol=1e-5)
     assert torch.allclose(entropy, -(PROBS * PROBS.log()).sum().expand(len(obs)), atol=1e-5)
     assert_scored_and_valued_by_the_policy(agent, obs[:100], actions[:100], logprobs[:100], values[:100])
+
+
+class RandomGames(RandomFrames):
+    """RandomFrames whose games all end every GAME_STEPS steps, scored by the step they ended on; it keeps
+    every observation it shows, so each action can be matched with the frames it was taken on."""
+
+    GAME_STEPS = 5
+
+    def reset(self, *, seed=None, options=None):
+        self.shown = [self.frames()]
+        return self.shown[-1], {}
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, _ = super().step(actions)
+        self.shown.append(obs)
+        ended = np.full(self.num_envs, len(self.stepped) % self.GAME_STEPS == 0)
+        info = {"episode": {"r": np.full(self.num_envs, float(len(self.stepped)))}, "_episode": ended}
+        return obs, rewards, ended, truncations, info if ended.any() else {}
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_evaluation_takes_the_likeliest_action_when_greedy_and_samples_otherwise(greedy):
+    """evaluate (the closing evaluation's and --eval-checkpoint's call) with greedy plays the argmax of the
+    policy on every frame it is shown; without, it samples (--eval-stochastic); it returns the games' scores."""
+    envs = RandomGames(16, num_actions=6)
+    torch.manual_seed(0)
+    agent = A.Agent(envs)
+    with torch.no_grad():
+        agent.actor.weight.mul_(300)  # confident but not certain, and different on each observation
+    returns = A.evaluate(envs, agent, 40, greedy, 123, torch.device("cpu"))
+    assert returns == [5.0] * 16 + [10.0] * 16 + [15.0] * 8  # whole games, in the order they ended
+    with torch.inference_mode():
+        obs = torch.as_tensor(np.stack(envs.shown[:-1]))  # (steps, envs, 4, 84, 84): what each action saw
+        likeliest = agent.actor(agent.features(obs.flatten(0, 1))).argmax(-1).view(obs.shape[:2])
+    played = torch.as_tensor(np.stack(envs.stepped))
+    assert played.unique().numel() > 1  # the frames decide the action
+    assert (played == likeliest).all() if greedy else (played != likeliest).any()
+
+
+def test_the_evaluation_plays_whole_games_wrapped_as_training_s():
+    """docs/runs.md: the evaluation's env has training's wrappers (lives end learning episodes, FIRE at each
+    reset), so a game goes on after a life is lost, and its statistics score the whole game."""
+    train, evaluation = A.make_envs(A.Args(num_envs=1), "test"), A.make_eval_envs(A.Args(), "test", {})
+    assert wrappers_of(evaluation.envs[0]) == wrappers_of(train.envs[0])
+    assert {A.EpisodicLife, A.FireReset, gym.wrappers.RecordEpisodeStatistics} <= set(wrappers_of(evaluation.envs[0]))
+    train.close(), evaluation.close()
 
 
 # --- what ppo_atari.py may set apart from ppo_continuous.py: its defaults, sizes and video ------

@@ -38,6 +38,17 @@ def test_clip_gradient_is_zero_in_exactly_two_cells(rho, adv, zero):
     assert (up - down) / (2 * h) == pytest.approx(d_loss_d_rho, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    "rho, adv, zero",
+    [(0.82, -1.0, False), (0.78, -1.0, True), (1.18, 1.0, False), (1.22, 1.0, True)],  # just in, just out
+)
+def test_the_clip_band_is_1_minus_eps_to_1_plus_eps_on_both_sides(rho, adv, zero):
+    """The band's edges are 1 - eps and 1 + eps (not 1/(1 + eps)): 0.02 inside an edge the gradient is the
+    unclipped surrogate's -rho A, 0.02 outside it is zero."""
+    _, grad = G.ppo_clip_loss(np.log(np.array([rho])), np.zeros(1), np.array([adv]), 0.2)
+    assert grad[0] == pytest.approx(0.0 if zero else -rho * adv)
+
+
 def test_clip_loss_gradient_matches_finite_differences_on_a_batch():
     rng = np.random.default_rng(0)
     logp_old = rng.normal(size=20)
@@ -848,6 +859,7 @@ def test_the_surrogate_study_s_kl_is_from_pi_to_the_new_policy(tmp_path):
         pi_new = G.softmax(row["step"] * rho[:, None] * pi * A)  # uniform logits (zeros) plus the step
         expected = G.kl_divergence(pi, pi_new)[~G.TERMINAL].max()  # KL(pi || pi'), as TRPO's bound has it
         assert row["max_kl"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+        assert row["bound"] == pytest.approx(row["surrogate"] - study["penalty_constant"] * expected)  # L - C max KL
 
 
 def test_main_logs_the_hyperparameters_with_the_derived_sizes(tmp_path, monkeypatch):
@@ -882,6 +894,52 @@ def test_target_kl_compares_the_minibatch_mean_kl_not_its_largest_sample():
     args = G.Args(target_kl=0.1, learning_rate=1e-3)
     metrics = G.update(G.Agent.uniform(args.learning_rate), buf, args, 1.0, np.random.default_rng(1))
     assert metrics["losses/epochs_done"] == args.update_epochs
+
+
+class InOrder:
+    """A stand-in for update's generator whose permutation keeps the samples in order: minibatch 1 is the first
+    quarter of the batch."""
+
+    def permutation(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+
+def test_target_kl_stops_on_the_first_minibatch_over_it_before_its_step():
+    """--target-kl checks each minibatch's own mean k3 against the flag itself, before the step: a first minibatch
+    whose ratios are all e^-1 (k3 0.37 > 0.3) stops the update untouched, though the batch's mean k3 is 0.09 and
+    0.37 is below 1.5 times the flag."""
+    buf = rollout_for_flags()
+    logprobs = np.full(buf.logprobs.size, np.log(0.25))
+    logprobs[: buf.logprobs.size // G.Args().num_minibatches] += 1.0  # the first minibatch only
+    buf.logprobs = logprobs.reshape(buf.logprobs.shape)
+    agent = G.Agent.uniform(G.Args().learning_rate)
+    metrics = G.update(agent, buf, G.Args(target_kl=0.3), 1.0, InOrder())
+    assert metrics["losses/epochs_done"] == 0
+    assert agent.policy_optimizer.t == 0 and not agent.logits.any()  # no Adam step was taken
+
+
+def test_clipfrac_is_over_every_minibatch_step_not_the_last():
+    """losses/clipfrac averages every minibatch's ratios: three minibatches at ratio 1, the last at e^0.5 (outside
+    the 0.2 band) give 0.25, not the last one's 1.0."""
+    buf = rollout_for_flags()
+    n = buf.states.size // G.Args().num_minibatches
+    steps = iter([np.zeros(n)] * 3 + [np.full(n, 0.5)])
+    fake = lambda pi, *rest: (np.zeros_like(pi), next(steps))  # noqa: E731
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(G, "policy_gradient", fake)
+        metrics = G.update(G.Agent.uniform(), buf, G.Args(update_epochs=1), 1.0, np.random.default_rng(1))
+    assert metrics["losses/clipfrac"] == pytest.approx(0.25)
+
+
+def test_a_critic_learning_rate_of_1_is_accepted_and_above_1_refused():
+    """--critic-learning-rate lies in (0, 1]: 1 moves each visited cell onto its targets' mean."""
+    assert G.check_args(G.Args(critic_learning_rate=1.0)) is None
+    assert "critic-learning-rate" in G.check_args(G.Args(critic_learning_rate=1.01))
+
+
+def test_each_arrow_of_the_policy_picture_points_the_way_its_move_goes():
+    arrows = {"^": (-1, 0), ">": (0, 1), "v": (1, 0), "<": (0, -1)}  # (row, column) steps
+    assert [arrows[c] for c in G.ACTION_NAMES] == [tuple(move) for move in G.MOVES]
 
 
 def test_target_kl_uses_the_log_ratio_new_over_old():

@@ -501,6 +501,7 @@ def test_the_defaults_are_the_mujoco_settings_of_the_ppo_paper_and_cleanrl():
         gae_lambda=0.95, norm_adv=True, objective="clip", clip_vloss=False, vf_coef=0.5, max_grad_norm=0.5,
         anneal_clip=False, target_kl=None, bootstrap_truncation=True, seed=1, eval_stochastic=False,
         kl_beta=1.0, kl_target=0.01,  # the paper's adaptive penalty: beta starts at 1, d_targ 0.01
+        eval_episodes=10, torch_deterministic=True,  # the closing evaluation's 10 episodes (README, docs/runs.md)
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
     assert (args.batch_size, args.minibatch_size, args.num_iterations) == (2048, 64, 1_000_000 // 2048)

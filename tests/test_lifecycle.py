@@ -189,7 +189,12 @@ def test_resumed_run_holds_exactly_the_uninterrupted_state_and_keeps_learning(tm
     with monkeypatch.context() as m:
         live_state(resumed, m)
         log = record_reset_seeds(m)
+        normalized = spy(m, C.Normalize, "observations")  # (args (wrapper, raw observations), kwargs, result)
         C.main(C.Args(resume=str(checkpoint)))
+    # its first observations (the reset's) are normalized by the checkpoint's statistics, not fresh ones
+    (_, raw), _, first_obs = normalized[0]
+    mean, var = (saved["normalization"][f"obs_rms.{k}"].numpy() for k in ("mean", "var"))
+    assert np.allclose(first_obs, ((raw - mean) / np.sqrt(var + C.NORM_EPS)).clip(-C.OBS_CLIP, C.OBS_CLIP), atol=1e-6)
     reset_seeds = {seed for seed, _ in log if seed is not None}
     first_seeds = {RUN.get("seed", 1) + i for i in range(RUN["num_envs"])}
     assert reset_seeds and not reset_seeds & first_seeds  # fresh episodes, not a replay of the first ones

@@ -635,6 +635,54 @@ def test_actions_are_clipped_to_the_env_s_own_bounds_and_the_sample_is_kept():
     assert [a.item() for a in sampled] == [5.0, 1.5, -3.0]  # the caller's sample, for the loss, untouched
 
 
+class BoundedPerDimension(Bounded):
+    """Actions in [0, 1] x [-3, -1]: bounds that differ per dimension and are not symmetric about 0."""
+
+    action_space = gym.spaces.Box(np.array([0.0, -3.0], np.float32), np.array([1.0, -1.0], np.float32))
+
+    def step(self, action):
+        self.received.append(np.array(action))
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_actions_are_clipped_to_each_dimension_s_own_low_and_high():
+    envs = C.Normalize(gym.vector.SyncVectorEnv([BoundedPerDimension]))
+    envs.reset(seed=0)
+    sampled = np.array([[-0.5, 0.0], [2.0, -5.0], [0.5, -2.0]], np.float32)
+    for action in sampled:
+        envs.step(action[None])
+    assert np.array_equal(np.stack(envs.env.envs[0].received), [[0.0, -1.0], [1.0, -3.0], [0.5, -2.0]])
+
+
+def test_a_reset_s_observations_are_clipped_as_a_step_s():
+    """The run's first observations (and a resume's, and an evaluation's) are normalized and clipped to +-10 as
+    every step's are: here frozen statistics of a near-constant signal put them far beyond 10 before the clip."""
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1", num_envs=2), "test")
+    raw, _ = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")] * 2).reset(seed=0)
+    near_constant = {"mean": np.zeros(3, np.float32), "var": np.full(3, 1e-6, np.float32), "count": 1.0}
+    state = {f"obs_rms.{k}": torch.as_tensor(v) for k, v in near_constant.items()}
+    state |= {f"return_rms.{k}": torch.as_tensor(v) for k, v in {"mean": 0.0, "var": 1.0, "count": 1.0}.items()}
+    C.load_normalization_state(envs, state, frozen=True)
+    obs, _ = envs.reset(seed=0)
+    assert np.abs(raw / np.sqrt(1e-6 + C.NORM_EPS)).max() > 10 * C.OBS_CLIP  # far beyond the clip unclipped
+    assert np.allclose(obs, (raw / np.sqrt(1e-6 + C.NORM_EPS)).clip(-C.OBS_CLIP, C.OBS_CLIP), rtol=1e-5)
+    envs.close()
+
+
+def test_a_reset_restarts_each_env_s_discounted_return_mid_episode():
+    """ScaleReward's R restarts at a reset as after a done: after a reset the next step's R is its reward alone."""
+    envs = gym.vector.SyncVectorEnv([lambda: Counting(0.0, 100, False)])
+    envs = C.ScaleReward(envs, gamma=0.5)
+    envs.reset(seed=0)
+    for _ in range(2):
+        envs.step(np.zeros((1, 1), np.float32))  # R: 1, then 2.5
+    envs.reset(seed=1)
+    assert envs.returns.tolist() == [0.0]
+    envs.step(np.zeros((1, 1), np.float32))  # the first reward of the new episode: 1
+    assert envs.returns.tolist() == [1.0]
+    envs.close()
+
+
 def test_under_torchrun_each_process_s_batch_must_split_into_the_minibatches(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")  # a global batch of 10 splits in 2, each process's 5 does not
     error = C.check_args(C.Args(env_id="Pendulum-v1", num_envs=1, num_steps=5, num_minibatches=2))

@@ -843,3 +843,76 @@ def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_be
     assert {labels[int(dot.get_ydata()[0])]: dot.get_xdata()[0] for dot in dots} == {n: x for n, _, x, *_ in rows}
     assert "(62 of 231 runs)" in partial[0] and "these runs, runs to come" in partial[1]
     assert "(all 231 runs)" in final[0] and "these runs, runs to come" not in final[1]
+
+
+# --- Atari at 10M through tables.build: a partial grid, and 2 or 3 seeds on every game ---
+
+
+E = grid.ATARI_ENVS  # Breakout, Pong, BeamRider (the Atari-at-10M tests below)
+NORM_10M = {E[0]: (10.0, 12.0, 14.0), E[1]: (1.0, 1.2, 1.4), E[2]: (0.2, 0.4, 0.6)}  # human-normalized, seeds 1-3
+
+
+def atari_10m_record(env_id, seed, **kw):
+    low, high = tables.RANDOM_ATARI[env_id], tables.HUMAN_ATARI[env_id]
+    r = {"grid": "atari-10m", "variant": "default", "env_id": env_id, "seed": seed, "steps": 9_999_360}
+    r |= {"last_100": low + (high - low) * NORM_10M[env_id][seed - 1], "last_10": -1e6, "mean_all": 5.0 * seed}
+    r |= {"eval": 100.0 * seed, "curve": [[1, 0.0]], "wall_time_s": 60.0, "sps": 1.0, "cpu": "AMD EPYC"}
+    r |= {"train_time_s": 3600.0 * seed if env_id == E[0] else 7200.0}  # Breakout 1, 2, 3 h; the others 2 h
+    return r | kw
+
+
+def build_atari_10m(tmp_path, runs):
+    records = tmp_path / "records"
+    records.mkdir(exist_ok=True)
+    (records / "random.json").write_text("{}")
+    for f in records.glob("*atari-10m*"):
+        f.unlink()
+    for r in runs:
+        run = grid.Run("atari-10m", "default", r["env_id"], r["seed"], None, ())
+        (records / f"{run.label}.json").write_text(json.dumps(r))
+    for run in grid.grid_runs("atari"):  # the 1M-step grid beside it, scored far apart: never in the 10M figures
+        one = {"seed": run.seed, "steps": 1_000_000, "last_100": tables.RANDOM_ATARI[run.env_id], "last_10": 0.0}
+        (records / f"{run.label}.json").write_text(json.dumps(one | {"eval": 0.0, "mean_all": 0.0, "cpu": "Z80"}))
+    _, blocks, _, _ = tables.build(None, str(records))
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in blocks["atari-10m"] if line.startswith("| ")}
+    return rows, "\n".join(blocks["atari-10m"]), blocks["atari-10m-summary"][0]
+
+
+def test_atari_at_10m_on_a_partial_grid_counts_seeds_runs_hours_and_cpus_over_every_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+    runs = [
+        atari_10m_record(E[0], 1, cpu="Intel(R) Xeon(R) Processor"),
+        atari_10m_record(E[0], 3),
+    ]  # Breakout's seed 2 still running
+    runs += [atari_10m_record(E[1], s) for s in (1, 2, 3)] + [atari_10m_record(E[2], 1)]
+    rows, table, summary = build_atari_10m(tmp_path, runs)
+    assert rows[E[0]][0] == "2" and rows[E[1]][0] == "3"  # runs, not the highest seed
+    assert (
+        rows[E[0]][8] == f"2.0 +- 1.0 ({np.mean([9_999_360 / 3600, 9_999_360 / 10800]):.0f} +- "
+        f"{np.std([9_999_360 / 3600, 9_999_360 / 10800]):.0f}) |"
+    )  # steps / train_time_s, not the record's sps
+    assert rows[E[1]][4] == "1.20 +- 0.16"  # human-normalized, population std
+    assert "on AMD EPYC and Intel Xeon:" in table  # the CPUs of every game, not the last one's
+    assert "one so far (3 runs): too few" in table
+    hours = [1.0, 3.0, 2.0, 2.0, 2.0, 2.0]
+    sps = [9_999_360 / (3600 * h) for h in hours]
+    assert summary.startswith("At 10M steps, 1 to 3 seeds a game (6 runs), the last 100 games:")
+    assert (
+        f"; {np.mean(hours):.1f} +- {np.std(hours):.1f} hours a run ({np.mean(sps):.0f} +- {np.std(sps):.0f} steps"
+        in summary
+    )  # over runs, not over the games' means
+
+
+@pytest.mark.parametrize("seeds", [(1, 2), (1, 2, 3)])
+def test_atari_at_10m_with_two_and_three_seeds_on_every_game_give_the_iqm_of_every_run_as_rliable(
+    tmp_path, monkeypatch, seeds
+):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+    runs = [atari_10m_record(e, s) for e in E for s in seeds]
+    rows, table, summary = build_atari_10m(tmp_path, runs)
+    scores = [NORM_10M[e][s - 1] for e in E for s in seeds]
+    iqm = stats.trim_mean(scores, 0.25)  # 6 runs: 1 cut from each end; 9 runs: 2
+    n = len(seeds)
+    assert f"Mnih et al. 2015) {iqm:.2f}, 95% CI [" in table and f"{3 * n} runs ({n} seeds x 3 envs)" in table
+    assert summary.startswith(f"At 10M steps, {n} seeds a game ({3 * n} runs)")
+    assert [rows[e][0] for e in E] == [str(n)] * 3

@@ -748,21 +748,6 @@ def test_atari_at_10m_takes_a_recorded_mean_over_all_of_training_even_when_it_is
     assert row.split(" | ")[2] == "0.0"  # the record's own mean_all, not its curve's mean (4.0)
 
 
-def test_atari_at_10m_counts_the_seeds_a_game_has_not_its_highest_seed():
-    """Seeds 1 and 3 of every game (seed 2 not yet run): the table's seeds column and the README's line say 2 seeds,
-    the line with its plural, and 6 runs."""
-    found = {}
-    for env_id in grid.ATARI_ENVS:
-        found[("default", env_id)] = [
-            {"seed": seed, "steps": 9_999_360, "last_10": 1.0, "last_100": 1.0, "eval": 1.0, "mean_all": 1.0}
-            | {"curve": [[1, 1.0]], "wall_time_s": 3600.0, "train_time_s": 36_000.0, "cpu": "AMD EPYC"}
-            for seed in (1, 3)
-        ]
-    rows = [line for line in tables.atari_10m_lines(found) if line.startswith("| ") and "NoFrameskip" in line]
-    assert len(rows) == 3 and all(row.split(" | ")[1] == "2" for row in rows)
-    assert tables.atari_10m_summary(found)[0].startswith("At 10M steps, 2 seeds a game (6 runs), ")
-
-
 def test_table1_at_the_papers_scale_bootstraps_within_each_task_and_judges_a_setting_over_all_seven(monkeypatch):
     """clip 0.2 scores 0.1 to 0.7 by task, its seeds close: resampled within each task (rliable's stratified
     bootstrap) its interval is narrow. clip 0.3 beats it on four tasks of seven, not on the three

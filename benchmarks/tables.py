@@ -483,6 +483,27 @@ def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
     return [f"{what}: {iqm}, {st['runs']} runs ({st['seeds']} seeds x {st['runs'] // st['seeds']} envs)", ""]
 
 
+def iqm_spread_line(found: dict, stats: dict) -> list[str]:
+    """Beside the Atari interval: which games' runs the IQM averages and how far apart the games score. With three
+    games scored from a third of a human to fourteen times one, the games in the middle half of the runs set the
+    IQM, and the stratified bootstrap resamples seeds within each game: its interval is the seeds' spread only."""
+    if stats.get("default", {}).get("seeds", 0) < 2:
+        return []
+    runs = {e: found[("default", e)] for e in grid.ATARI_ENVS if ("default", e) in found}
+    games, scores = list(runs), score_matrix(runs, RANDOM_ATARI, HUMAN_ATARI)  # (seeds, games)
+    cut = int(IQM_CUT * scores.size)
+    middle = np.unravel_index(np.argsort(scores, axis=None)[cut : scores.size - cut], scores.shape)[1]  # their games
+    kept = ", ".join(f"{np.sum(middle == j)} {short(e)}" for j, e in enumerate(games) if np.any(middle == j))
+    means = scores.mean(axis=0)  # (games,)
+    low, high = int(np.argmin(means)), int(np.argmax(means))
+    return [
+        f"The IQM averages the middle {scores.size - 2 * cut} of the {scores.size} runs ({kept}); the games' mean "
+        f"scores run from {means[low]:.2f} ({short(games[low])}) to {means[high]:.2f} ({short(games[high])}), so its "
+        "interval, resampling seeds within each game, shows how the seeds spread, not how another game would score.",
+        "",
+    ]
+
+
 def table1_at_1m(table1_1m: dict, mujoco: dict) -> dict:
     """Table 1 at 1M steps: the table1-1m grid's runs, and as its clip 0.2 row the mujoco grid's defaults on its envs
     (the same code and settings: grid.TABLE1_1M_FROM_MUJOCO)."""
@@ -837,7 +858,7 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
         blocks["atari-10m"] = atari_10m_lines(grids["atari-10m"])
         blocks["atari-10m"] += interval_line(
             stats, "Atari at 10M steps, the defaults", "0 random agent, 1 human, Mnih et al. 2015"
-        )
+        ) + iqm_spread_line(grids["atari-10m"], stats)
     else:  # the pages' place for the table, until its first run lands
         blocks["atari-10m"] = ["No run of the `atari-10m` grid has reached 10M steps yet.", ""]
     blocks["atari-10m-summary"] = atari_10m_summary(grids["atari-10m"])

@@ -194,16 +194,27 @@ def plot_curves_load(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return plot_curves.load_curve(str(path), "charts/episodic_return")
 
 
-def test_every_committed_record_is_a_run_of_a_named_grid_under_its_own_label():
-    labels = {r.label for name in grid.GRIDS for r in grid.grid_runs(name)}
+def test_every_committed_record_is_a_whole_run_of_a_named_grid_under_its_own_label():
+    import tyro
+
+    import ppo_atari
+    import ppo_continuous
+
+    runs = {r.label: r for name in grid.GRIDS for r in grid.grid_runs(name)}
     for path in sorted(Path(grid.RECORDS_DIR).glob("*.json")):
         record = json.loads(path.read_text())  # a stray or truncated file fails here
         if path.name == "random.json":
             assert all(isinstance(v, float) for v in record.values())
             continue
         run = grid.Run(record["grid"], record["variant"], record["env_id"], record["seed"], None, ())
-        assert path.stem == run.label in labels, path.name
-        assert record["last_10"] is not None and record["last_100"] is not None and record["steps"] > 0, path.name
+        assert path.stem == run.label in runs, path.name
+        assert record["last_10"] is not None and record["last_100"] is not None, path.name
+        # every iteration of the run's budget (at 10M Atari steps 9,999,360: 9,765 rollouts of 8 x 128)
+        run = runs[run.label]
+        script = ppo_atari if run.script == "ppo_atari.py" else ppo_continuous
+        steps = [] if run.steps is None else ["--total-timesteps", str(run.steps)]
+        args = tyro.cli(script.Args, args=[*run.flags, *steps])
+        assert record["steps"] == args.num_iterations * args.batch_size, path.name
 
 
 def write_record(
@@ -878,7 +889,7 @@ def test_atari_at_10m_on_a_partial_grid_counts_seeds_runs_hours_and_cpus_over_ev
     )  # steps / train_time_s, not the record's sps
     assert rows[E[1]][4] == "1.20 +- 0.16"  # human-normalized, population std
     assert "on AMD EPYC and Intel Xeon:" in table  # the CPUs of every game, not the last one's
-    assert "one so far (3 runs): too few" in table
+    assert "one so far (3 runs): too few" in table and "The IQM averages" not in table
     hours = [1.0, 3.0, 2.0, 2.0, 2.0, 2.0]
     sps = [9_999_360 / (3600 * h) for h in hours]
     assert summary.startswith("At 10M steps, 1 to 3 seeds a game (6 runs), the last 100 games:")
@@ -900,4 +911,10 @@ def test_atari_at_10m_with_two_and_three_seeds_on_every_game_give_the_iqm_of_eve
     n = len(seeds)
     assert f"Mnih et al. 2015) {iqm:.2f}, 95% CI [" in table and f"{3 * n} runs ({n} seeds x 3 envs)" in table
     assert summary.startswith(f"At 10M steps, {n} seeds a game ({3 * n} runs)")
+    kept = {
+        2: "4 of the 6 runs (1 Breakout, 2 Pong, 1 BeamRider)",
+        3: "5 of the 9 runs (1 Breakout, 3 Pong, 1 BeamRider)",
+    }
+    means = {2: "from 0.30 (BeamRider) to 11.00 (Breakout)", 3: "from 0.40 (BeamRider) to 12.00 (Breakout)"}
+    assert f"The IQM averages the middle {kept[n]}; the games' mean scores run {means[n]}, so its interval" in table
     assert [rows[e][0] for e in E] == [str(n)] * 3

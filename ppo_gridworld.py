@@ -287,6 +287,9 @@ def kl_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return (p * (np.log(np.clip(p, 1e-300, None)) - np.log(np.clip(q, 1e-300, None)))).sum(-1)
 
 
+FLAT_ADVANTAGE = 1e-9  # advantages spread less than this (relative) within each state are rounding, not a direction
+
+
 def natural_step(z: np.ndarray, adv: np.ndarray, delta: float) -> np.ndarray:
     """TRPO's step for tabular softmax logits z (..., A) under the limit mean KL(pi_old || pi_new) <= delta.
 
@@ -297,7 +300,7 @@ def natural_step(z: np.ndarray, adv: np.ndarray, delta: float) -> np.ndarray:
     pi = softmax(z)
     centered = adv - (pi * adv).sum(-1, keepdims=True)
     fisher_quadratic = np.mean((pi * centered**2).sum(-1))  # A^T F A, averaged over states
-    if fisher_quadratic == 0:
+    if fisher_quadratic <= (FLAT_ADVANTAGE * np.abs(adv).max()) ** 2:  # A constant in every state: no direction
         return z.copy()
     eta = np.sqrt(2 * delta / fisher_quadratic)
     while np.mean(kl_divergence(pi, softmax(z + eta * adv))) > delta:

@@ -187,6 +187,25 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
     assert steps == sorted(set(steps)) and steps[-1] == 8192
 
 
+def test_a_run_resumed_under_torchrun_counts_the_checkpoint_s_statistics_once(tmp_path):
+    """The merge's prior is the statistics every process holds when the loop starts: after a resume, the checkpoint's.
+    Given two more iterations, the resumed run's statistics count the saved observations once plus each rank's new
+    ones (the resume's reset is not counted: the statistics are frozen through it)."""
+    flags = [*PENDULUM, "--total-timesteps", "1024", "--eval-episodes", "0"]
+    proc = torchrun(2, str(ROOT / "ppo_continuous.py"), *flags, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = only_run(tmp_path) / C.CHECKPOINT
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["args"]["total_timesteps"] = 2048  # two more global batches of 2 x 256 steps
+    torch.save(ckpt, path)
+    resumed = torchrun(2, str(ROOT / "ppo_continuous.py"), "--resume", str(path), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = torch.load(path, weights_only=True)
+    assert final["progress"]["global_step"] == 2048
+    saved = ckpt["normalization"]["obs_rms.count"].item()
+    assert final["normalization"]["obs_rms.count"].item() == pytest.approx(saved + 1024, abs=1e-6)
+
+
 def test_one_process_under_torchrun_is_plain_python(tmp_path):
     flags = [*PENDULUM, "--total-timesteps", "1024", "--eval-episodes", "0"]
     (tmp_path / "plain").mkdir()

@@ -1137,3 +1137,100 @@ def test_natural_step_line_search_bounds_the_forward_kl_old_to_new():
         z, adv = 2 * rng.normal(size=(5, 4)), 5 * rng.normal(size=(5, 4))
         for delta in (0.05, 0.5, 1.0):
             assert G.kl_divergence(G.softmax(z), G.softmax(G.natural_step(z, adv, delta))).mean() <= delta
+
+
+# --- what a sixth audit found untested: seeds and rates reaching their use, the exercises' edges, names on disk ------
+
+
+def test_the_seed_also_drives_the_environments_slips(monkeypatch):
+    """--seed reaches the environments' random numbers too: with every move a slip, the cells visited depend on the
+    environments' draws alone, and two seeds walk two different paths."""
+    monkeypatch.setattr(G, "SLIP", 1.0)
+    calls = spy(monkeypatch, G, "collect_rollout")
+    for seed in (1, 2):
+        G.train(G.Args(seed=seed, num_iterations=1), verbose=False)
+    first, second = (result[0].states for _, _, result in calls)
+    assert not np.array_equal(first, second)
+
+
+def test_each_update_draws_new_minibatch_shuffles(monkeypatch):
+    """The update's shuffles go on from one random stream: fed the same rollout twice, the second update's minibatches
+    are not the first's again (a generator re-seeded per update would repeat them every iteration)."""
+    buf = rollout_for_flags()
+    buf.logprobs = -np.random.default_rng(3).permutation(buf.states.size).reshape(buf.states.shape) / buf.states.size
+    monkeypatch.setattr(G, "collect_rollout", lambda envs, agent, state, n, rng: (buf, state, []))
+    calls = spy(monkeypatch, G, "policy_gradient")
+    G.train(G.Args(num_iterations=2, update_epochs=1), verbose=False)
+    minibatches = [frozenset(args[4].tolist()) for args, _, _ in calls]
+    assert len(minibatches) == 8 and set(minibatches[:4]).isdisjoint(minibatches[4:])
+
+
+def test_each_update_steps_with_the_annealed_rate_of_its_own_iteration(monkeypatch):
+    """--anneal-lr sets the rate before the iteration's update: the update of iteration i steps with
+    lr * (1 - (i - 1) / N), the rate logged for it, not the previous iteration's."""
+    used = []
+    spy(monkeypatch, G, "update", before=lambda agent, *rest: used.append(agent.policy_optimizer.lr))
+    G.train(G.Args(num_iterations=4, anneal_lr=True), verbose=False)
+    assert used == pytest.approx([0.05, 0.0375, 0.025, 0.0125])
+
+
+def test_critic_moves_each_minibatch_s_cells_onto_that_minibatch_s_targets_mean():
+    """The critic's fraction is of the way to the minibatch's own targets: at --critic-learning-rate 1, each cell of
+    the last minibatch ends on the mean of that minibatch's targets for it (not weighted by its share of the batch)."""
+    buf = rollout_for_flags()
+    _, returns = G.compute_gae(buf.rewards, buf.values, buf.next_values, buf.terminations, buf.truncations, 0.9, 0.95)
+    args = G.Args(update_epochs=1, num_minibatches=4, critic_learning_rate=1.0)
+    agent = G.Agent.uniform(args.learning_rate)
+    G.update(agent, buf, args, 1.0, InOrder())
+    last = slice(3 * args.minibatch_size, None)  # InOrder: the last minibatch is the batch's last quarter
+    states, targets = buf.states.ravel()[last], returns.ravel()[last]
+    for s in np.unique(states):
+        assert agent.values[s] == pytest.approx(targets[states == s].mean())
+
+
+@pytest.mark.parametrize("advantage", [0.0, 3.0])
+def test_natural_step_with_advantages_equal_in_every_state_leaves_the_logits(advantage):
+    """Advantages equal across a state's actions carry no direction: the step is zero, not a division by the Fisher
+    quadratic (NaN at 0; at 3 rounding leaves it near 1e-32, and a step of 1e14 x A would quantize the logits)."""
+    z = np.random.default_rng(7).normal(size=(5, 4))
+    assert np.array_equal(G.natural_step(z, np.full((5, 4), advantage), 0.01), z)
+
+
+def test_importance_estimate_is_the_plain_mean_of_w_f_not_self_normalized():
+    """The unbiased estimate mean(w f), not the self-normalized sum(w f) / sum(w): weights 0.5 and 2 on f = 1, 2
+    give (0.5 + 4) / 2 = 2.25 (self-normalized: 1.8)."""
+    w = np.array([0.5, 2.0])
+    assert G.importance_estimate(np.array([1.0, 2.0]), np.log(w), np.zeros(2)) == pytest.approx(2.25)
+
+
+def test_every_seed_below_2_to_the_32_is_accepted_and_2_to_the_32_refused():
+    assert G.check_args(G.Args(seed=2**32 - 1)) is None
+    assert "--seed must lie in [0, 2**32)" in G.check_args(G.Args(seed=2**32))
+
+
+def test_minibatches_need_divide_only_the_batch_not_the_environments():
+    """--num-minibatches splits the batch, num_envs x num_steps: one environment's 32 steps make 4 minibatches of 8."""
+    assert G.check_args(G.Args(num_envs=1)) is None
+
+
+def test_a_critic_learning_rate_of_0_is_refused():
+    """(0, 1] is open at 0: a critic that never moves is refused, not run."""
+    assert "--critic-learning-rate must lie in (0, 1]" in (G.check_args(G.Args(critic_learning_rate=0.0)) or "")
+
+
+def test_the_hyperparameter_table_gives_the_minibatch_size_as_a_whole_number():
+    assert "|minibatch_size|128|" in G.hyperparameter_table(G.Args())
+
+
+def test_the_ablation_and_the_surrogate_study_are_saved_under_their_own_names(tmp_path, monkeypatch):
+    """Each mode's run folder names the mode and holds its own file: the docs copy
+    runs/gridworld__*surrogate*/surrogate_study.png, and the ablation's table is ablation.json."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(G, "run_ablation", lambda args: {"runs": "ablation"})
+    monkeypatch.setattr(G, "run_surrogate_study", lambda args, out_dir: {"rows": "surrogate"})
+    G.main(G.Args(ablation=True))
+    G.main(G.Args(surrogate_study=True))
+    (ablation,) = (tmp_path / "runs").glob("gridworld__*__ablation__*")
+    (surrogate,) = (tmp_path / "runs").glob("gridworld__*surrogate*")
+    assert json.loads((ablation / "ablation.json").read_text()) == {"runs": "ablation"}
+    assert json.loads((surrogate / "surrogate_study.json").read_text()) == {"rows": "surrogate"}

@@ -318,6 +318,41 @@ def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(train
     envs.close()
 
 
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_a_checkpoint_is_written_beside_its_path_and_nothing_lands_in_the_working_folder(tmp_path, monkeypatch, module):
+    """The half-written file is renamed over the checkpoint from its own folder: two runs started from one folder
+    never share it, and a run folder on another disk takes the rename."""
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    args = module.Args(env_id="Pendulum-v1", num_envs=1) if module is C else module.Args(num_envs=1)
+    envs = module.make_envs(args, "test")
+    agent = module.Agent(envs)
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    written = spy(monkeypatch, torch, "save")
+    optimizer = torch.optim.Adam(agent.parameters())
+    module.save_checkpoint(str(tmp_path / "run" / "checkpoint.pt"), agent, optimizer, envs, args, progress)
+    envs.close()
+    assert [Path(call[0][1]).resolve().parent for call in written] == [tmp_path / "run"]
+    assert files(tmp_path / "cwd") == set() and files(tmp_path / "run") == {"checkpoint.pt"}
+
+
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_only_the_process_of_global_rank_0_writes_the_checkpoint_whatever_its_local_rank(tmp_path, monkeypatch, module):
+    """Under torchrun on several machines each machine has a local rank 0: only global rank 0 writes (on a shared
+    disk a second writer of the same file would race it), though every process takes part in the RNG gathering."""
+    args = module.Args(env_id="Pendulum-v1", num_envs=1) if module is C else module.Args(num_envs=1)
+    envs = module.make_envs(args, "test")
+    agent = module.Agent(envs)
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    monkeypatch.setattr(module, "RANK", 1)  # the first process of a second machine
+    monkeypatch.setattr(module, "LOCAL_RANK", 0)
+    optimizer = torch.optim.Adam(agent.parameters())
+    module.save_checkpoint(str(tmp_path / "checkpoint.pt"), agent, optimizer, envs, args, progress)
+    envs.close()
+    assert files(tmp_path) == set()
+
+
 # --- interrupts, by real signals to real processes ---------------------------------------------
 
 
@@ -844,6 +879,23 @@ def test_a_run_resumed_on_another_number_of_processes_keeps_its_budget_and_its_s
     assert [s for s, _ in resumed] == list(range(stopped + batch, final + 1, batch))
     for step, lr in resumed:  # the start rate times the share of the budget not yet trained
         assert lr == pytest.approx(3e-4 * (1 - (step - batch) / final), rel=1e-6)
+
+
+def test_a_resumed_runs_summary_counts_every_episode_of_the_run_not_only_those_since_the_resume(tmp_path, monkeypatch):
+    """summary.json of a stopped and resumed run counts its episodes, and averages its last returns, over the one
+    history TensorBoard holds: the episodes before the checkpoint included."""
+    monkeypatch.chdir(tmp_path)
+    with monkeypatch.context() as m:
+        stop_at_iteration(m, STOP_AT)
+        with pytest.raises(SystemExit):
+            C.main(C.Args(**RUN))
+    checkpoint = only_run(tmp_path) / C.CHECKPOINT
+    assert torch.load(checkpoint, weights_only=True)["progress"]["episodes"] > 0  # episodes before the stop
+    summary = C.main(C.Args(resume=str(checkpoint)))
+    returns = [value for _, value in scalars(only_run(tmp_path))["charts/episodic_return"]]
+    assert summary["episodes"] == len(returns)
+    assert summary["mean_return_last_10"] == pytest.approx(np.mean(returns[-10:]), rel=1e-5)
+    assert json.loads((only_run(tmp_path) / "summary.json").read_text())["episodes"] == len(returns)
 
 
 def test_a_checkpoint_from_a_host_with_more_gpus_restores_this_process_s_gpu_only(monkeypatch):

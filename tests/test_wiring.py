@@ -179,6 +179,19 @@ def test_kl_fixed_keeps_beta(tmp_path, monkeypatch):
     assert [u["kl_beta"] for u in wire.updates] == [0.7] * 3
 
 
+def test_each_iteration_s_metrics_are_weighed_by_the_samples_its_update_used_not_the_autoreset_steps(
+    tmp_path, monkeypatch
+):
+    """Under torchrun gather_iteration weighs each rank's metrics by its sample count: main must give it the rollout's
+    real transitions (the ones the update averaged over), which differ between ranks, not the rollout's size."""
+    used = []
+    spy(monkeypatch, C, "update", before=lambda agent, optimizer, buf, *rest: used.append(int(buf.real.sum())))
+    gathered = spy(monkeypatch, C, "gather_iteration")
+    run_main(tmp_path, monkeypatch, num_steps=250, total_timesteps=1000)  # autoreset steps after each 200-step episode
+    assert used[0] < 2 * 250  # this rollout holds autoreset steps
+    assert [args[1] for args, _, _ in gathered] == used
+
+
 def test_save_every_writes_the_checkpoint_at_its_multiples_and_at_the_end(tmp_path, monkeypatch):
     wire = Wire(monkeypatch)
     run_main(tmp_path, monkeypatch, save_every=2, total_timesteps=2000)  # 5 iterations
@@ -515,11 +528,12 @@ def test_the_boundary_values_of_gamma_and_lambda_and_a_target_kl_pass_the_checks
         assert module.check_args(module.Args(max_grad_norm=math.inf, target_kl=math.inf, vf_coef=0.0)) is None
 
 
-def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("episodes", [0, -1])  # --eval-checkpoint skips check_args: its own check refuses both
+def test_eval_checkpoint_with_no_episodes_is_refused(tmp_path, monkeypatch, capsys, episodes):
     run_main(tmp_path, monkeypatch, total_timesteps=400)
     ckpt = only_run(tmp_path) / C.CHECKPOINT
     with pytest.raises(SystemExit) as stop:
-        C.main(C.Args(eval_checkpoint=str(ckpt), eval_episodes=0))
+        C.main(C.Args(eval_checkpoint=str(ckpt), eval_episodes=episodes))
     assert stop.value.code == 2 and "--eval-episodes must be positive" in capsys.readouterr().err
     assert not (only_run(tmp_path) / "eval.json").exists()
 

@@ -757,6 +757,33 @@ class RandomGames(RandomFrames):
         return obs, rewards, ended, truncations, info if ended.any() else {}
 
 
+class LivesEndEveryFive(RandomFrames):
+    """RandomFrames whose every env terminates (a life lost) on its 5th, 10th, ... step."""
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = super().step(actions)
+        return obs, rewards, terminations | (len(self.stepped) % 5 == 0), truncations, info
+
+
+def test_the_step_after_a_game_or_life_ends_is_an_autoreset_step_the_rollout_masks():
+    """A termination (a life lost, a game over) is followed by an autoreset step as a time limit is: collect_rollout's
+    mask drops that step, and a termination on the rollout's last step makes the next rollout start with one."""
+    envs = LivesEndEveryFive(2)
+    torch.manual_seed(0)
+    agent = A.Agent(envs)
+    buf = A.Rollout.allocate(envs, 10, torch.device("cpu"))
+    obs, _ = envs.reset()
+    state = A.EnvState(torch.as_tensor(obs), torch.zeros(envs.num_envs, dtype=torch.bool))
+    state, _ = A.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    ended = [t in (4, 9) for t in range(10)]
+    assert buf.terminations.tolist() == [[e, e] for e in ended] and not buf.truncations.any()
+    assert buf.real.tolist() == [[t != 5] * 2 for t in range(10)]  # the step after the first end
+    assert state.done.tolist() == [True, True]  # the second ended on the last step
+    A.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    assert buf.real.tolist() == [[t not in (0, 5)] * 2 for t in range(10)]  # its first step resets
+    envs.close()
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_evaluation_takes_the_likeliest_action_when_greedy_and_samples_otherwise(greedy):
     """evaluate (the closing evaluation's and --eval-checkpoint's call) with greedy plays the argmax of the

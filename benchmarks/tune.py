@@ -476,7 +476,11 @@ def objective_fn(study: Study, space: list[Param], stop: StopFlag):
             trial.set_user_attr("error", why)
             raise TrialFailed(why)
         report_due(run, trial, reported, prune=False)  # a run that ended between looks: its values for the median
-        value = run.final()
+        try:
+            value = run.final()
+        except TrialFailed as failed:  # a seed with no episode or no evaluation: a failure --max-failures counts
+            trial.set_user_attr("error", str(failed))
+            raise
         for seed in study.seeds:
             write_hparams(run.folder(seed), params, value)
         return value
@@ -729,6 +733,8 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     if not space:
         raise BadInput("nothing to search: every flag of the default space is fixed after -- (name some with --param)")
     budget = fixed_int(args.script, fixed, "total-timesteps")
+    if args.objective == "eval" and fixed_int(args.script, fixed, "eval-episodes") < 1:
+        raise BadInput("--objective eval needs an evaluation: give --eval-episodes a positive value after --")
     objective_text = (
         f"mean of the last {args.last_episodes} training episodes" if args.objective == "last" else "greedy evaluation"
     ) + f", averaged over seeds {args.seeds}"

@@ -1199,6 +1199,24 @@ def test_same_numbers_exits_1_when_any_case_differs_not_only_the_last(monkeypatc
     assert out[1].startswith("gridworld ") and out[1].endswith("same: 1 values")
 
 
+def test_same_numbers_removes_its_worktree_even_when_a_case_fails(monkeypatch):
+    """A case that fails (one line, exit) leaves no worktree of the other commit registered in the repository."""
+    import same_numbers
+
+    git = []
+
+    def run(cmd, **kwargs):
+        git.append(cmd[:3])
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(same_numbers.subprocess, "run", run)  # no git: the worktree's commands, recorded
+    monkeypatch.setattr(same_numbers, "run_scalars", lambda checkout, command: sys.exit("error: a case failed"))
+    monkeypatch.setattr(sys, "argv", ["same_numbers.py", "--against", "HEAD", "--cases", "gridworld"])
+    with pytest.raises(SystemExit, match="failed"):
+        same_numbers.main()
+    assert git == [["git", "worktree", "add"], ["git", "worktree", "remove"]]
+
+
 def test_same_numbers_names_tags_that_differ_even_when_as_many():
     import same_numbers
 

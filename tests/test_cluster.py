@@ -405,6 +405,27 @@ def test_a_script_that_exits_0_without_its_summary_is_a_failed_run_not_a_done_on
     assert cluster.read_state(task.runs_dir, run)["state"] == "failed"
 
 
+@pytest.mark.parametrize(
+    "script",
+    ["import sys; sys.exit(143)", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+    ids=["saved-and-exited-143", "killed-by-SIGTERM"],
+)
+def test_a_script_stopped_by_sigterm_is_a_stopped_run_to_resume_not_a_failed_one(tmp_path, monkeypatch, script):
+    """scancel or a preemption: the script saves on SIGTERM and exits 128 + 15 (or dies of it before its handler is
+    up); the task says stopped, and once it left the queue status shows the run cut, to submit again."""
+    import grid
+
+    run = grid.Run(grid.SEEDS_GRID, "cancelled", "pointmass:PointMass-v0", 1, None, ())
+    monkeypatch.setattr(run.__class__, "command", lambda self, runs_dir: [sys.executable, "-c", script])
+    monkeypatch.setenv("SLURM_JOB_ID", "44")
+    task = cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=False)
+    with pytest.raises(RuntimeError, match="stopped by SIGTERM, its checkpoint saved"):
+        task()
+    assert cluster.read_state(task.runs_dir, run) == {"state": "stopped", "job": "44"}
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    assert cluster.where(run, task.runs_dir)[0] == "cut"
+
+
 def test_an_array_gets_240_minutes_unless_told_and_a_one_minute_limit_is_warned_a_quarter_of_it_before(
     tmp_path, monkeypatch
 ):

@@ -63,6 +63,23 @@ def test_grid_starts_its_runs_in_the_grids_order_first_seeds_before_second(fake_
     assert [c[c.index("--seed") + 1] for c in calls] == ["1", "2", "3"]
 
 
+@pytest.mark.parametrize("cores, parallel, threads", [(3, 2, 1), (7, 2, 3), (2, 4, 1)])
+def test_each_of_k_runs_gets_the_cores_floor_divided_by_k_never_more_threads_than_cores(
+    fake_repo, tmp_path, monkeypatch, capsys, cores, parallel, threads
+):
+    """3 cores, 2 at a time: 1 thread each (not 2, which would put 4 threads on 3 cores); never 0."""
+    script = (fake_repo / "ppo_continuous.py").read_text()
+    (fake_repo / "ppo_continuous.py").write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'threads.txt'), 'a')"
+        ".write(os.environ['OMP_NUM_THREADS'] + '\\n')\n" + script
+    )
+    monkeypatch.setattr(grid, "usable_cores", lambda: cores)
+    runs = grid.seed_runs("ppo_continuous.py", [1, 2], ["--env-id", "X"], "threads")
+    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=parallel) == 0
+    assert f"{parallel} at a time, OMP_NUM_THREADS={threads} each" in capsys.readouterr().out
+    assert (fake_repo / "threads.txt").read_text().split() == [str(threads)] * 2
+
+
 def test_a_run_that_exits_non_zero_is_failed_and_unrecorded_even_with_a_summary(fake_repo, tmp_path, capsys):
     records = tmp_path / "records"
     crashed = grid.Run("table1", "crash", "Hopper-v4", 1, 2048, ())
@@ -77,6 +94,17 @@ def test_an_ad_hoc_grid_refuses_resume_after_the_dashes_as_grid_pys_own(flag, mo
     with pytest.raises(SystemExit):
         grid.main(["--seeds", "1", "--", "--env-id", "Hopper-v4", *flag])
     assert "are grid.py's to set" in capsys.readouterr().err
+
+
+def test_a_flag_given_twice_is_read_as_the_script_reads_it_the_last_one():
+    """tyro takes the last of a repeated flag: an ad-hoc grid named after the first env would never find its runs."""
+    assert grid.flag_value(["--env-id", "A-v0", "--clip-coef", "0.1", "--env-id", "B-v0"], "--env-id") == (
+        "B-v0",
+        ["--clip-coef", "0.1"],
+    )
+    assert grid.flag_value(["--env-id=A-v0", "--env-id", "B-v0"], "--env-id")[0] == "B-v0"
+    (run,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "A-v0", "--env-id", "B-v0"], "twice")
+    assert run.env_id == "B-v0" and run.flags == ()
 
 
 def test_an_ad_hoc_grids_report_gives_the_median_sps_of_its_seeds(tmp_path, capsys):
@@ -183,6 +211,49 @@ def test_a_stopped_grid_starts_no_other_run_counts_its_runs_saved_and_exits_with
     out = capsys.readouterr().out
     assert out.count("stopped with the grid") == 2 and "FAILED" not in out, out
     assert not (tmp_path / "ready3").exists()  # the third run never started
+
+
+# a run that records each signal it gets; seed 1 sends the grid SIGTERM and, once that reached it, SIGINT. Each
+# run waits for both (30 s at most, a guard against a hang), as a script that quits at once on a second signal
+COUNTING_RUN = """
+import os, signal, sys, time
+got = []
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, lambda signum, _: got.append(signum))
+open(f"ready{SEED}", "w").close()
+if SEED == 1:
+    while not os.path.exists("ready2"):
+        time.sleep(0.05)
+    os.kill(os.getppid(), signal.SIGTERM)
+    while not got:
+        time.sleep(0.05)
+    os.kill(os.getppid(), signal.SIGINT)
+for _ in range(600):
+    if len(got) == 2:
+        break
+    time.sleep(0.05)
+open(f"got{SEED}", "w").write(" ".join(map(str, got)))
+sys.exit(128 + got[0])
+"""
+
+
+@dataclass(frozen=True)
+class CountingRun(grid.Run):
+    def command(self, runs_dir: str) -> list[str]:
+        return [sys.executable, "-c", COUNTING_RUN.replace("SEED", str(self.seed))]
+
+
+def test_a_second_signal_to_a_stopped_grid_reaches_each_running_run_again(tmp_path, monkeypatch, capsys):
+    """Ctrl-C twice: the grid passes each signal on once, the second too (the scripts then quit at once)."""
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    runs = [CountingRun(grid.SEEDS_GRID, "count", None, seed, None, ()) for seed in (1, 2)]
+    with pytest.raises(SystemExit) as stop:
+        grid.run(runs, str(tmp_path / "runs"), parallel=2)
+    assert stop.value.code == 128 + signal.SIGTERM
+    for seed in (1, 2):
+        assert (tmp_path / f"got{seed}").read_text() == f"{int(signal.SIGTERM)} {int(signal.SIGINT)}", seed
+    out = capsys.readouterr().out
+    assert out.count("each running run saves and stops") == 2 and out.count("stopped with the grid") == 2, out
 
 
 def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):

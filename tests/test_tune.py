@@ -430,6 +430,7 @@ def test_the_objective_is_the_mean_over_seeds_of_the_last_episodes_asked_for(mon
 def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", "/theirs")
+    tune.script_module("ppo_continuous.py")  # read before Popen is replaced: the script's import runs a process
     started = []
     monkeypatch.setattr(tune.subprocess, "Popen", lambda cmd, **kwargs: started.append((cmd, kwargs)))
     monkeypatch.chdir(tmp_path)
@@ -440,6 +441,18 @@ def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tm
             kwargs["env"]["OMP_NUM_THREADS"] == "3" and kwargs["env"]["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/theirs"
         )
         assert cmd[cmd.index("--exp-name") + 1] == "u-trial7" and cmd[cmd.index("--eval-episodes") + 1] == "0"
+
+
+def test_an_evaluation_asked_for_after_the_dashes_is_kept_under_the_last_episodes_objective(tmp_path, monkeypatch):
+    """--objective last spends no closing evaluation unless the fixed flags ask for one: theirs, not a 0 after it."""
+    tune.script_module("ppo_continuous.py")  # read before Popen is replaced: the script's import runs a process
+    started = []
+    monkeypatch.setattr(tune.subprocess, "Popen", lambda cmd, **kwargs: started.append(cmd))
+    flags = ["--env-id", "Pendulum-v1", "--eval-episodes", "5"]
+    tune.Trial(fake_study(runs_dir=str(tmp_path / "runs")), 0, flags)
+    assert len(started) == 2
+    for cmd in started:
+        assert cmd.count("--eval-episodes") == 1 and cmd[cmd.index("--eval-episodes") + 1] == "5"
 
 
 def test_each_seed_of_a_trial_gets_its_share_of_the_cores_unless_threads_says(tmp_path, monkeypatch):
@@ -474,6 +487,27 @@ def test_only_failures_in_a_row_end_a_study(tmp_path, monkeypatch):
             ["run", "--study", "f", "--dir", str(tmp_path), "--trials", "3", "--max-failures", "1", LR, "--", *TINY]
         )
     assert stopped.value.code == 2
+
+
+def test_a_run_that_finished_without_an_episode_is_a_failure_that_max_failures_counts(tmp_path, monkeypatch, capsys):
+    """A trial whose seeds all finished but one has no episode to score fails with that reason, and failures in a row
+    end the study (a failure without its reason was counted as none: the study started trial after trial)."""
+    finals = []
+
+    class NoEpisode(FakeRun):
+        def final(self):
+            finals.append(1)
+            assert len(finals) <= 3, "the study goes on after --max-failures 2 failures in a row"
+            raise tune.TrialFailed("seed 1 finished without an episode")
+
+    monkeypatch.setattr(tune, "Trial", NoEpisode)
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: (1000, np.array([]), np.array([])))
+    with pytest.raises(SystemExit) as stopped:
+        tune.main(["run", "--study", "e", "--dir", str(tmp_path), "--trials", "5", "--max-failures", "2", LR])
+    assert stopped.value.code == 2 and len(finals) == 2
+    out, err = capsys.readouterr()
+    assert "trial 1 fail" in out and out.rstrip().endswith(": seed 1 finished without an episode")
+    assert err.strip().endswith("2 trials in a row failed, the last with seed 1 finished without an episode")
 
 
 def test_pruned_trials_count_toward_the_trials_asked_for(tmp_path, monkeypatch):
@@ -522,6 +556,7 @@ def test_bad_input_is_one_line_and_exit_2_and_the_study_keeps_its_trials(tmp_pat
 def test_bad_input_makes_nothing_neither_the_study_s_folder_nor_its_storage(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the default folder, tune/b, would be made here
     (tmp_path / "file").touch()  # a folder no storage can be made in
+    monkeypatch.setattr(tune, "Trial", lambda *args: pytest.fail("bad input started a trial"))
     cases = {  # the flags before -- and those after TINY: the line said
         "--param=learning-rate=1e-2:1e-4:log": "the range is empty",
         "--param=learning-rate=0:1e-2:log": "a log range must lie above 0",
@@ -529,6 +564,7 @@ def test_bad_input_makes_nothing_neither_the_study_s_folder_nor_its_storage(tmp_
         f"{LR} -- --nope 1": "ppo_continuous.py has no flag --nope (given after --)",
         f"{LR} -- --exp-name x": "--exp-name is tune.py's to set",
         f"{LR} -- --total-timesteps many": "--total-timesteps 'many' is no integer",
+        f"--objective eval {LR} -- --eval-episodes 0": "--objective eval needs an evaluation",
         f"--seeds 2 2 {LR}": "--seeds 2 2: a seed twice",
         f"--trials 0 {LR}": "--trials must be positive",
         f"--threads 0 {LR}": "--threads must be positive",
@@ -693,6 +729,21 @@ def test_show_of_a_study_that_does_not_exist_says_so_and_makes_nothing(tmp_path)
     out = run_tuner(tmp_path, "show", "--study", "nosuch", storage=storage)
     assert out.returncode == 2 and "no study 'nosuch' in this storage" in out.stderr, out.stderr
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["other"]
+
+
+def test_show_ranks_every_complete_trial_not_only_the_first_ten(tmp_path, capsys):
+    """The best trial is the best of all: here the twelfth, after eleven that did worse."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("settings", {"script": "ppo_continuous.py", "objective_text": "test"})
+    lr = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    for number in range(12):
+        value, params = 100.0 if number == 11 else float(number), {"learning-rate": 1e-4 * (number + 1)}
+        made = {"params": params, "distributions": {"learning-rate": lr}, "value": value}
+        study.add_trial(optuna.trial.create_trial(**made, user_attrs={"flags": tune.as_flags(params)}))
+    tune.show(study, str(tmp_path))
+    out = capsys.readouterr().out
+    assert "best (trial 11, 100.00):" in out and "| 11 | 100.00 |" in out
+    assert "| 2 | 2.00 |" in out and "| 1 | 1.00 |" not in out and "| 0 | 0.00 |" not in out  # the top ten of 12
 
 
 def test_the_best_command_is_quoted_for_a_shell():

@@ -1234,3 +1234,65 @@ def test_the_ablation_and_the_surrogate_study_are_saved_under_their_own_names(tm
     (surrogate,) = (tmp_path / "runs").glob("gridworld__*surrogate*")
     assert json.loads((ablation / "ablation.json").read_text()) == {"runs": "ablation"}
     assert json.loads((surrogate / "surrogate_study.json").read_text()) == {"rows": "surrogate"}
+
+
+# --- audit: the documented numbers and settings --------------------------------------------------
+
+
+def test_the_default_run_gives_the_documented_numbers():
+    """docs/gridworld.md: seed 1 ends at J = 0.409 with critic error 0.042 (entropy 0.01, critic step 0.5)."""
+    args = G.Args()
+    assert (args.ent_coef, args.critic_learning_rate, args.kl_beta, args.clip_vloss) == (0.01, 0.5, 1.0, False)
+    _, result = G.train(args, verbose=False)
+    assert result["true_return"] == pytest.approx(0.409, abs=5e-4)
+    assert result["critic_max_error"] == pytest.approx(0.042, abs=5e-4)
+
+
+def test_episodes_are_truncated_after_the_documented_50_steps(monkeypatch):
+    monkeypatch.setattr(G, "SLIP", 0.0)
+    envs = G.GridEnvs(1, np.random.default_rng(0))
+    for _ in range(49):
+        assert not envs.step(np.array([0]))[3][0]  # bump into the top wall
+    assert envs.step(np.array([0]))[3][0]
+
+
+def test_the_ablation_uses_the_documented_settings_and_reproduces_seed_1(monkeypatch):
+    """docs/gridworld.md: 8 envs x 16 steps, 30 epochs on one minibatch, twice the default step;
+    seed 1 ends at J = 0.356 with the clip and -0.203 without."""
+    assert G.ABLATION == dict(num_envs=8, num_steps=16, update_epochs=30, num_minibatches=1, learning_rate=0.1)
+    assert G.ABLATION["learning_rate"] == 2 * G.Args().learning_rate
+    monkeypatch.setattr(G, "ABLATION_SEEDS", 1)
+    table = G.run_ablation(G.Args())
+    assert table["runs"]["clip"][0]["true_return"] == pytest.approx(0.356, abs=5e-4)
+    assert table["runs"]["none"][0]["true_return"] == pytest.approx(-0.203, abs=5e-4)
+    P, R = G.dynamics()
+    V_star, _ = G.value_iteration(P, R, G.Args().gamma)
+    assert table["optimal_return"] == pytest.approx(V_star[G.START])
+
+
+def test_the_surrogate_study_steps_to_the_documented_far_end(tmp_path):
+    """docs/gridworld.md: at max KL 0.95 (step 32), L = -0.543 while J = -0.370, the bound -311; C = 327."""
+    study = G.run_surrogate_study(G.Args(), str(tmp_path))
+    assert [r["step"] for r in study["rows"]] == [0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    last = study["rows"][-2]  # step 32
+    assert last["max_kl"] == pytest.approx(0.95, abs=5e-3)
+    assert last["surrogate"] == pytest.approx(-0.543, abs=5e-4)
+    assert last["true_return"] == pytest.approx(-0.370, abs=5e-4)
+    assert last["bound"] == pytest.approx(-311, abs=0.5)
+    assert study["penalty_constant"] == pytest.approx(327, abs=0.5)
+
+
+def test_natural_step_line_search_halves_the_step():
+    """The line search starts from the quadratic model's eta and halves it: the result is eta0 / 2^k
+    for the smallest k that meets the limit."""
+    rng = np.random.default_rng(3)
+    z, adv = rng.normal(size=(6, 4)), 3 * rng.normal(size=(6, 4))
+    delta = 0.5  # large: the quadratic model overshoots and the search has to cut
+    pi = G.softmax(z)
+    centered = adv - (pi * adv).sum(-1, keepdims=True)
+    eta0 = np.sqrt(2 * delta / np.mean((pi * centered**2).sum(-1)))
+    eta = ((G.natural_step(z, adv, delta) - z) / adv).flat[0]
+    k = np.log2(eta0 / eta)
+    assert round(k) >= 1 and k == pytest.approx(round(k))
+    mean_kl = lambda e: np.mean(G.kl_divergence(pi, G.softmax(z + e * adv)))
+    assert mean_kl(eta) <= delta < mean_kl(2 * eta)

@@ -167,9 +167,8 @@ def test_with_commit_a_record_that_was_not_committed_leaves_the_pages_alone(fake
     assert paged == [] and "not committed (index.lock)" in capsys.readouterr().out
 
 
-# a run that stops the grid with each of SIGS in turn; like the scripts, it stops a moment after the first signal
-# it gets and exits with 128 + that signal (a later one changes nothing)
-STOPPING_RUN = """
+# a fake run's start: it records the signals it gets, says it is ready, and seed 1 waits until seed 2 is too
+RUN_START = """
 import os, signal, sys, time
 got = []
 for s in (signal.SIGINT, signal.SIGTERM):
@@ -178,7 +177,13 @@ open(f"ready{SEED}", "w").close()
 if SEED == 1:
     while not os.path.exists("ready2"):
         time.sleep(0.05)
-    for s in SIGS:
+"""
+
+# a run that stops the grid with each of SIGS in turn; like the scripts, it stops a moment after the first signal
+# it gets and exits with 128 + that signal (a later one changes nothing)
+STOPPING_RUN = (
+    RUN_START
+    + """    for s in SIGS:
         os.kill(os.getppid(), s)
         time.sleep(0.5)
 for _ in range(600):  # 30 s at most
@@ -188,6 +193,7 @@ for _ in range(600):  # 30 s at most
 time.sleep(1.0)
 sys.exit(128 + got[0] if got else 0)
 """
+)
 
 
 @dataclass(frozen=True)
@@ -215,16 +221,9 @@ def test_a_stopped_grid_starts_no_other_run_counts_its_runs_saved_and_exits_with
 
 # a run that records each signal it gets; seed 1 sends the grid SIGTERM and, once that reached it, SIGINT. Each
 # run waits for both (30 s at most, a guard against a hang), as a script that quits at once on a second signal
-COUNTING_RUN = """
-import os, signal, sys, time
-got = []
-for s in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(s, lambda signum, _: got.append(signum))
-open(f"ready{SEED}", "w").close()
-if SEED == 1:
-    while not os.path.exists("ready2"):
-        time.sleep(0.05)
-    os.kill(os.getppid(), signal.SIGTERM)
+COUNTING_RUN = (
+    RUN_START
+    + """    os.kill(os.getppid(), signal.SIGTERM)
     while not got:
         time.sleep(0.05)
     os.kill(os.getppid(), signal.SIGINT)
@@ -235,6 +234,7 @@ for _ in range(600):
 open(f"got{SEED}", "w").write(" ".join(map(str, got)))
 sys.exit(128 + got[0])
 """
+)
 
 
 @dataclass(frozen=True)

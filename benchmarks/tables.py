@@ -472,8 +472,8 @@ def verdict(stats: dict) -> str:
 
 
 def interval_line(stats: dict, what: str, zero_one: str) -> list[str]:
-    if "default" not in stats:  # no run on any env of the normalization
-        return []
+    if "default" not in stats:  # no seed has run on every env yet (or no env of the normalization has a run)
+        return [f"{what}: an interval takes the seeds run on every env, none so far: too few", ""]
     st = stats["default"]
     if st["seeds"] < 2:
         runs = f"{st['runs']} run{'s' if st['runs'] > 1 else ''}"

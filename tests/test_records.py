@@ -899,6 +899,16 @@ def test_atari_at_10m_on_a_partial_grid_counts_seeds_runs_hours_and_cpus_over_ev
     )  # over runs, not over the games' means
 
 
+def test_atari_at_10m_with_no_seed_on_every_game_says_its_interval_has_too_few_runs(tmp_path):
+    runs = [atari_10m_record(E[0], 1), atari_10m_record(E[1], 2)]  # each game a seed of its own: none on both
+    rows, table, _ = build_atari_10m(tmp_path, runs)
+    assert rows[E[0]][0] == "1" and rows[E[1]][0] == "1" and E[2] not in rows
+    assert "Atari at 10M steps, the defaults: an interval takes the seeds run on every env, none so far: too few" in (
+        table
+    )  # said, not left out: the table's reader learns why there is no interval
+    assert "IQM of normalized scores" not in table and "The IQM averages" not in table
+
+
 @pytest.mark.parametrize("seeds", [(1, 2), (1, 2, 3)])
 def test_atari_at_10m_with_two_and_three_seeds_on_every_game_give_the_iqm_of_every_run_as_rliable(
     tmp_path, monkeypatch, seeds

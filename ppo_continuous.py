@@ -607,7 +607,7 @@ def main(args: Args) -> dict:
         restore_agent(ckpt, envs, agent, optimizer, frozen=True)  # Part II (frozen: see the reset below)
     buf = Rollout.allocate(envs, args.num_steps, device)
     prior = normalization_state(envs)  # Part II: the statistics every process starts from
-    obs, _ = envs.reset(seed=rank_seed(args.seed) + progress["iteration"])  # a resumed run: new episodes
+    obs, _ = envs.reset(seed=rank_seed(args.seed) + progress["iteration"] * args.num_envs)  # resumed: unused seeds
     freeze_normalization(envs, False)  # Part II: a resumed run's statistics did not see that reset
     state = EnvState(torch.as_tensor(obs, device=device), torch.zeros(args.num_envs, dtype=torch.bool, device=device))
     log, interrupts = RunLog(args, run_dir, progress, budget, ckpt is not None, device), Interrupts()

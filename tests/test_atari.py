@@ -3,15 +3,17 @@
 import dataclasses
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, find_wrapper, only_run, run_script, scalars
+from conftest import HANG_TIMEOUT, ROOT, find_wrapper, only_run, run_script, scalars
 
 import ppo_atari as A
 import ppo_continuous as C
@@ -222,6 +224,30 @@ def test_threads_follow_omp_num_threads_or_the_cores_this_process_may_use(monkey
     assert A.usable_cores() == 2  # not the host's 64
     monkeypatch.setenv("OMP_NUM_THREADS", "lots")  # not a count: ignored
     assert A.usable_cores() == 2
+
+
+# each script imported in a fresh process (CPU_THREADS is read at import), seeded for the CPU: its torch threads
+THREADS_AFTER_SEEDING = """
+import torch, ppo_atari as A, ppo_continuous as C
+for module in (A, C):
+    module.seed_everything(module.Args(cuda=False))
+    print(torch.get_num_threads())
+"""
+
+
+def test_on_the_cpu_atari_runs_torch_on_omp_num_threads_threads_and_the_continuous_script_on_one():
+    """docs/choices.md, "Speed and threads": ppo_atari.py's CNN takes OMP_NUM_THREADS threads (the share a user gives
+    each of several seeds side by side), ppo_continuous.py's tiny MLPs one, whatever OMP_NUM_THREADS says."""
+    proc = subprocess.run(
+        [sys.executable, "-c", THREADS_AFTER_SEEDING],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+        env=os.environ | {"OMP_NUM_THREADS": "3"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["3", "1"]
 
 
 def test_breakout_is_wrapped_to_fire_at_reset_and_each_of_its_five_lives_ends_a_learning_episode():
@@ -647,6 +673,18 @@ class RandomFrames(gym.vector.VectorEnv):
         self.stepped.append(np.array(actions))
         zeros = np.zeros(self.num_envs, dtype=bool)
         return self.frames(), np.zeros(self.num_envs, np.float32), zeros, zeros.copy(), {}
+
+
+def test_the_rollout_stores_frames_as_the_uint8_the_envs_give():
+    """A rollout keeps each frame in its space's dtype, one byte a pixel (the network scales it to [0, 1]): float32
+    storage would take 4x the memory, in the rollout and in each epoch's shuffled copy (8 x 128 stacks: 116 MB)."""
+    envs = RandomFrames(2)
+    buf = A.Rollout.allocate(envs, 3, torch.device("cpu"))
+    assert buf.obs.dtype == torch.uint8 and buf.obs.shape == (3, 2, A.FRAME_STACK, A.SCREEN, A.SCREEN)
+    obs, _ = envs.reset()
+    state = A.EnvState(torch.as_tensor(obs), torch.zeros(envs.num_envs, dtype=torch.bool))
+    A.collect_rollout(envs, A.Agent(envs), buf, state, torch.device("cpu"))
+    assert buf.obs.dtype == torch.uint8 and torch.equal(buf.obs[0], torch.as_tensor(obs))
 
 
 PROBS = torch.tensor([0.05, 0.15, 0.3, 0.5])  # the likeliest action only half the time, none uniform's 0.25

@@ -196,8 +196,11 @@ def test_resumed_run_holds_exactly_the_uninterrupted_state_and_keeps_learning(tm
     mean, var = (saved["normalization"][f"obs_rms.{k}"].numpy() for k in ("mean", "var"))
     assert np.allclose(first_obs, ((raw - mean) / np.sqrt(var + C.NORM_EPS)).clip(-C.OBS_CLIP, C.OBS_CLIP), atol=1e-6)
     reset_seeds = {seed for seed, _ in log if seed is not None}
-    first_seeds = {RUN.get("seed", 1) + i for i in range(RUN["num_envs"])}
+    seed, n = RUN.get("seed", 1), RUN["num_envs"]
+    first_seeds = {seed + i for i in range(n)}
     assert reset_seeds and not reset_seeds & first_seeds  # fresh episodes, not a replay of the first ones
+    # each iteration's own block of n seeds: a resume at iteration 1 of 8 envs replays none of envs 1-7's first starts
+    assert reset_seeds == {seed + STOP_AT * n + i for i in range(n)}
     assert len(resumed) == len(whole) - STOP_AT
     assert_same(resumed[0], whole[STOP_AT])
     assert resumed[0]["kl_beta"] != RUN.get("kl_beta", 1.0)  # beta had adapted, and came back
@@ -948,6 +951,21 @@ def test_a_non_finite_policy_or_value_loss_alone_stops_the_run(tmp_path, losses)
     assert stop.value.code == 1 and closed == [True]
     C.stop_unless_finite(C.Agent(envs), {"losses/policy_loss": 1.0, "losses/value_loss": 1.0}, log, 3, str(tmp_path))
     envs.close()
+
+
+def test_a_non_finite_stop_before_any_checkpoint_says_none_was_written(tmp_path, capsys):
+    """The stop's line names the last good checkpoint only where there is one: a run that diverges before its first
+    checkpoint (--save-every 0 writes none until the end) must not send its user to --resume a missing file."""
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    log = types.SimpleNamespace(close=lambda: None)
+    metrics = {"losses/policy_loss": float("nan"), "losses/value_loss": 1.0}
+    with pytest.raises(SystemExit) as stop:
+        C.stop_unless_finite(C.Agent(envs), metrics, log, 1, str(tmp_path))
+    envs.close()
+    assert stop.value.code == 1 and not (tmp_path / C.CHECKPOINT).exists()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: non-finite loss or parameters at iteration 1; no checkpoint was written"
+    ]
 
 
 def test_normalization_counts_survive_a_checkpoint_exactly_beyond_float32(tmp_path):

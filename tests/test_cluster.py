@@ -442,6 +442,22 @@ def test_an_array_gets_240_minutes_unless_told_and_a_one_minute_limit_is_warned_
     assert made["parameters"]["time"] == 1 and made["parameters"]["signal_delay_s"] == 15  # warned 15-45 s in
 
 
+def test_an_array_is_warned_two_minutes_before_its_limit_requeued_up_to_50_times_one_cpu_a_task_all_at_once(
+    tmp_path, monkeypatch
+):
+    """docs/cluster.md's defaults: Slurm's warning two minutes before the limit (a quarter of a limit under eight
+    minutes), --max-timeouts 50, --cpus-per-task 1, and without --max-running every task of the array at once."""
+    import grid
+
+    made = stand_in_executor(monkeypatch)
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    grid.main(["run", "--slurm", "--dir", str(tmp_path), "--seeds", "1", "2", "3", "--", *POINTMASS])
+    assert len(made["tasks"]) == 3 and made["max_num_timeout"] == 50
+    wanted = {"time": 240, "signal_delay_s": 120, "cpus_per_task": 1, "array_parallelism": 3}
+    assert {k: made["parameters"][k] for k in wanted} == wanted
+    assert [cluster.warning_s(minutes) for minutes in (1, 7, 8, 60)] == [15, 105, 120, 120]
+
+
 def test_wait_counts_every_submitted_run_that_did_not_finish_and_says_each_ones_end(tmp_path, monkeypatch, capsys):
     import grid
 

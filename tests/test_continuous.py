@@ -437,6 +437,28 @@ def test_a_machine_without_libegl_trains_on_mujoco(tmp_path, monkeypatch):
     assert json.loads(proc.stdout.strip().splitlines()[-1])["global_step"] == 32
 
 
+# the script imported on a machine with libEGL (found whether or not this one has it), printing MUJOCO_GL
+WITH_EGL = f"""
+import ctypes.util, os, sys
+find = ctypes.util.find_library
+ctypes.util.find_library = lambda name: "libEGL.so.1" if name == "EGL" else find(name)
+sys.path.insert(0, {str(ROOT)!r})
+import ppo_continuous
+print(os.environ["MUJOCO_GL"])
+"""
+
+
+@pytest.mark.parametrize("given, used", [(None, "egl"), ("osmesa", "osmesa")], ids=["unset", "set"])
+def test_mujoco_gl_is_egl_where_libegl_is_found_and_the_caller_left_it_unset(monkeypatch, given, used):
+    """docs/runs.md: MUJOCO_GL=egl is set when unset and libEGL is found; a caller's own choice (osmesa) stands."""
+    if given is None:
+        monkeypatch.delenv("MUJOCO_GL", raising=False)
+    else:
+        monkeypatch.setenv("MUJOCO_GL", given)
+    proc = subprocess.run([sys.executable, "-c", WITH_EGL], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == used, proc.stderr[-2000:]
+
+
 @pytest.mark.skipif(ctypes.util.find_library("EGL") is None, reason="needs libEGL: MuJoCo renders headless through it")
 def test_capture_video_films_a_mujoco_env_on_a_machine_without_a_display(tmp_path, monkeypatch):
     monkeypatch.delenv("MUJOCO_GL", raising=False)

@@ -1,9 +1,12 @@
 """benchmarks/tune.py: the search space as the scripts' flags, the objective and the pruner's values from the runs'
 own logs, a study that stops and resumes with its trials kept, two workers on one storage, and bad input."""
 
+import dataclasses
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,6 +126,43 @@ def test_the_default_space_leaves_the_fixed_flags_out_and_the_named_space_must_n
     with pytest.raises(tune.BadInput, match="tune.py's to set"):
         tune.search_space("ppo_continuous.py", [], ["--seed", "3"])
     assert tune.search_space("ppo_continuous.py", [], ["--no-anneal-lr"])  # a switch's --no- form is a known flag
+
+
+def test_the_default_spaces_are_the_ones_the_tuning_page_lists():
+    """docs/tuning.md's table of the default spaces (RL Zoo's sampler cut to these flags) is tune.SPACES, row by row."""
+    page = (ROOT / "docs" / "tuning.md").read_text()
+    rows = page.split("| flag | `ppo_continuous.py` | `ppo_atari.py` |\n")[1].split("\n\n")[0].splitlines()[1:]
+    for column, script in ((1, "ppo_continuous.py"), (2, "ppo_atari.py")):
+        documented = []
+        for row in rows:
+            cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+            ranged = re.fullmatch(r"(\S+) to (\S+?)(, log)?", cells[column])  # 1e-5 to 1e-2, log
+            spec = f"{ranged[1]}:{ranged[2]}{':log' if ranged[3] else ''}" if ranged else cells[column].replace(" ", "")
+            documented.append(f"{cells[0].strip('`').removeprefix('--')}={spec}")
+        fields = tune.script_fields(script)
+        parsed = [tune.parse_param(text, fields, script) for text in documented]
+        assert len(parsed) == 10 and parsed == [tune.parse_param(text, fields, script) for text in tune.SPACES[script]]
+
+
+def test_the_sampler_is_tpe_with_its_first_10_trials_at_random():
+    """docs/tuning.md: "The sampler is TPE, its first 10 trials at random" (RL Baselines3 Zoo's)."""
+    storage = optuna.storages.InMemoryStorage()
+    made, loaded = tune.load_study("t", storage, {}), tune.load_study("t", storage, None)  # run's, then show's
+    for study in (made, loaded):
+        assert isinstance(study.sampler, optuna.samplers.TPESampler) and study.sampler._n_startup_trials == 10
+
+
+def test_the_tuned_swimmer_flags_are_the_best_trial_of_the_committed_study_of_the_default_space(tmp_path):
+    """docs/tuning.md: the committed Swimmer study searched the default space, and its best trial, 37, is what
+    grid.TUNED_FLAGS runs again at 1M steps."""
+    import grid
+
+    shutil.copy(ROOT / "benchmarks" / "records" / "swimmer-study.db", tmp_path)  # opening it may write to it
+    study = optuna.load_study(study_name="swimmer", storage=f"sqlite:///{tmp_path / 'swimmer-study.db'}")
+    settings, best = study.user_attrs["settings"], study.best_trial
+    assert best.number == 37 and best.user_attrs["flags"] == settings["fixed"] + list(grid.TUNED_FLAGS["Swimmer-v4"])
+    space = [dataclasses.asdict(p) | {"kind": p.kind.__name__} for p in tune.search_space("ppo_continuous.py", [], [])]
+    assert settings["script"] == "ppo_continuous.py" and settings["space"] == json.loads(json.dumps(space))
 
 
 def test_a_trials_values_reach_the_script_as_its_own_flags():

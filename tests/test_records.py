@@ -928,3 +928,117 @@ def test_atari_at_10m_with_two_and_three_seeds_on_every_game_give_the_iqm_of_eve
     means = {2: "from 0.30 (BeamRider) to 11.00 (Breakout)", 3: "from 0.40 (BeamRider) to 12.00 (Breakout)"}
     assert f"The IQM averages the middle {kept[n]}; the games' mean scores run {means[n]}, so its interval" in table
     assert [rows[e][0] for e in E] == [str(n)] * 3
+
+
+# --- Table 1's pairs, the studies' scores, the per-seed table and the figures quoted.py names (ninth audit) ---
+
+
+def test_table1s_pair_line_reads_clip_02s_pairs_from_the_tables_interval_so_that_the_two_never_disagree():
+    """A pair with clip 0.2 takes the table's P(better than clip 0.2), turned around, not a bootstrap of its own: here
+    the runs tie (a bootstrap of their own leaves the pair open at [0.50, 0.50]) and the table's interval decides."""
+    matrices = {"clip-0.2": np.ones((3, 7)), "clip-0.1": np.ones((3, 7))}
+    line = lambda ci: tables.table1_pairs(matrices, {"clip-0.1": {"p_improve_ci": ci}}, ["clip-0.1", "clip-0.2"])  # noqa: E731
+    head = "of the paper's 1 ordering of them, these runs keep "
+    assert line([0.1, 0.3]).endswith(f"{head}1 (clip 0.2 > clip 0.1), reverse none and leave 0 open.")  # worse
+    assert line([0.7, 0.9]).endswith(f"{head}none, reverse 1 (here clip 0.1 > clip 0.2) and leave 0 open.")  # better
+    assert line([0.4, 0.7]).endswith(f"{head}none, reverse none and leave 1 open.")  # [0.3, 0.6] turned around
+
+
+def test_a_studys_normalized_score_is_the_mean_of_its_runs_scores_the_papers_average_not_their_median():
+    found = {}
+    for env_id in grid.SMALL_ENVS:  # seeds skewed: scores 0.5, 0.5 and 2 on each env (the best mean, 200, is 1)
+        found[("clip-0.2", env_id)] = [{"seed": s, "last_100": x} for s, x in ((1, 100.0), (2, 100.0), (3, 400.0))]
+        found[("clip-0.3", env_id)] = [{"seed": 1, "last_100": 150.0}]
+    random = {e: 0.0 for e in grid.SMALL_ENVS}
+    lines = tables.ablation_table(found, ["clip-0.2", "clip-0.3"], tables.TABLE1_NAMES, random, None, {})
+    rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[4:] for line in lines[2:-1]}
+    assert rows["clipping, eps = 0.2 (default)"] == ["1.00", "9", "-", "-", "- |"]  # the median would give 0.50
+    assert rows["clipping, eps = 0.3"] == ["0.75", "3", "-", "-", "- |"]
+
+
+def test_the_per_seed_table_gives_each_runs_last_10_last_100_and_evaluation_in_their_columns_seed_by_seed():
+    run = {"seed": 2, "last_10": 1.0, "last_100": 2.0, "eval": 3.0, "steps": 4000}
+    lines = tables.per_seed({"table1": {("clip-0.2", "Hopper-v4"): [run, run | {"seed": 1, "eval": None}]}})
+    assert lines[0] == "| grid | setting | env | seed | last 10 | last 100 | evaluation | steps |"
+    assert lines[2:4] == [
+        "| table1 | clip-0.2 | Hopper-v4 | 1 | 1.0 | 2.0 | - | 4000 |",  # no evaluation recorded: a dash
+        "| table1 | clip-0.2 | Hopper-v4 | 2 | 1.0 | 2.0 | 3.0 | 4000 |",
+    ]
+
+
+def test_a_quoted_spread_is_the_tables_population_std_and_a_quoted_human_score_runs_from_the_random_agent():
+    runs = [{"seed": s, "last_10": 0.0, "last_100": x, "eval": None} for s, x in ((1, -5.7), (2, 9.3))]
+    figures = tables.run_figures("atari/default/Pong", runs, "PongNoFrameskip-v4")
+    assert figures["atari/default/Pong/std/last_100"] == pytest.approx(7.5)  # ddof 0, as the tables' +- (pm)
+    assert f"{figures['atari/default/Pong/mean/last_100']:.1f} +- {figures['atari/default/Pong/std/last_100']:.1f}" == (
+        tables.pm([r["last_100"] for r in runs], 1)
+    )
+    # human-normalized: 0 the random agent's -20.7, 1 the human's 9.3 (Mnih et al. 2015)
+    assert figures["atari/default/Pong/1/human"] == pytest.approx(0.5)
+    assert figures["atari/default/Pong/2/human"] == pytest.approx(1.0) == figures["atari/default/Pong/max/human"]
+    assert "atari/default/Pong/1/eval" not in figures  # no evaluation recorded: no figure, not NaN
+
+
+def test_a_settings_minutes_and_sps_over_its_envs_and_per_seed_take_its_own_runs_only():
+    def record(seed: int, minutes: float) -> dict:
+        run = {"seed": seed, "last_10": 0.0, "last_100": 0.0, "eval": None}
+        return run | {"steps": 6000, "train_time_s": 60 * minutes}
+
+    flags = {
+        ("compile", "Hopper-v4"): [record(1, 10.0), record(2, 20.0)],
+        ("compile", "Walker2d-v4"): [record(1, 30.0)],
+        ("bf16", "BreakoutNoFrameskip-v4"): [record(1, 600.0)],  # another setting of the grid, far slower
+    }
+    out = tables.record_figures({"flags": flags})
+    assert (out["flags/compile/all/min/minutes"], out["flags/compile/all/max/minutes"]) == (10.0, 30.0)
+    assert (out["flags/compile/seed1/min/minutes"], out["flags/compile/seed1/max/minutes"]) == (10.0, 30.0)
+    assert out["flags/compile/seed2/min/minutes"] == out["flags/compile/seed2/max/minutes"] == 20.0
+    assert out["flags/compile/all/max/sps"] == 10.0 and out["flags/bf16/all/min/sps"] == pytest.approx(6000 / 36000)
+    assert out["flags/compile/Walker2d/1/minutes"] == 30.0 and "flags/compile/all/mean/minutes" not in out
+
+
+def test_a_studys_quoted_intervals_are_each_its_own_figures_interval():
+    st = {"iqm": 0.91, "iqm_ci": [0.8, 1.0], "runs": 9, "seeds": 3, "baseline_seeds": 3, "least_p": 2 / 20**3}
+    st |= {"p_improve": 0.7, "p_improve_ci": [0.55, 0.85]}
+    out = tables.stats_figures("table1", {"kl-fixed": st, "clip-0.2": {k: st[k] for k in ("iqm", "iqm_ci", "runs")}})
+    assert out["table1/kl-fixed/iqm_ci"] == "[0.80, 1.00]" and out["table1/kl-fixed/p_ci"] == "[0.55, 0.85]"
+    assert out["table1/kl-fixed/p"] == 0.7 and out["table1/kl-fixed/verdict"] == "better"
+    assert out["table1/clip-0.2/verdict"] == "-" and "table1/clip-0.2/p" not in out  # the baseline: no P
+    cells = tables.interval_cells(st).split(" | ")
+    assert cells == [" 0.91 [0.80, 1.00]", "0.70 [0.55, 0.85]", "better |"]  # the table's cells: the same intervals
+
+
+def test_refresh_rewrites_a_hyphenated_tables_block_and_a_quoted_negative_figure_or_three_word_verdict(monkeypatch):
+    """The pages' blocks are named with hyphens (table1-paper, atari-10m-summary); a quoted figure may be negative
+    (Reacher's returns) or a verdict of up to three words ("too few runs"): each is found and rewritten."""
+    phrases = ["Reacher {r:.1f} (-6.71) and", "calls the setting {v} (four", "and then {w} (four"]
+    monkeypatch.setattr(tables, "QUOTED_IN", {"p.md": phrases})
+    text = "<!-- tables.py: table1-paper -->\n| old |\n<!-- /tables.py -->\nReacher -5.2 (-6.71) and calls the"
+    text += " setting too few runs (four, and then not separated (four"
+    new = tables.refresh("p.md", text, {"table1-paper": ["| new |", ""]}, {"r": -4.94, "v": "better", "w": "worse"})
+    assert new == (
+        "<!-- tables.py: table1-paper -->\n| new |\n<!-- /tables.py -->\nReacher -4.9 (-6.71) and calls the setting"
+        " better (four, and then worse (four"
+    )
+
+
+def test_table1s_order_here_lists_only_the_settings_with_all_their_runs(monkeypatch):
+    """clip 0.1 scores above clip 0.2 over its 20 runs but lacks its 21st: the line of this order leaves it out, as
+    its heading says, until its last run lands."""
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)  # the order's words alone are checked
+    found: dict = {}
+    for env_id in grid.PAPER_ENVS:
+        for seed in grid.STUDY_SEEDS:
+            found.setdefault(("clip-0.2", env_id), []).append({"seed": seed, "last_100": 1000.0 + 100.0 * seed})
+            found.setdefault(("none", env_id), []).append({"seed": seed, "last_100": 100.0 * seed})
+            if (env_id, seed) != ("Swimmer-v4", 3):  # clip 0.1's last run still to come
+                found.setdefault(("clip-0.1", env_id), []).append({"seed": seed, "last_100": 2000.0 + seed})
+    blocks, quoted = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
+    here = next(line for line in blocks["table1-paper-ranking"] if line.startswith("Here, "))
+    clip, none = (quoted[f"table1-paper/{v}/score"] for v in ("clip-0.2", "none"))
+    head = "Here, the settings with all their runs:"
+    assert here == f"{head} clip 0.2 ({clip:.2f}) > no clipping or penalty ({none:.2f})."
+    found[("clip-0.1", "Swimmer-v4")].append({"seed": 3, "last_100": 2003.0})  # its 21st: now in the order, first
+    blocks, quoted = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
+    here = next(line for line in blocks["table1-paper-ranking"] if line.startswith("Here, "))
+    assert here.startswith(f"{head} clip 0.1 ({quoted['table1-paper/clip-0.1/score']:.2f}) > clip 0.2 ")

@@ -89,9 +89,13 @@ def train(out_dir: str, flags: list[str]) -> None:
 
 
 def collectives(out_dir: str) -> None:
-    """global_mean and global_var of samples of unequal counts (rank r holds 3 + 4 r of them), and minibatch_moments
-    of ranks far apart; each rank writes what it got."""
-    C.start_distributed(torch.nn.Linear(1, 1), torch.device("cpu"))
+    """start_distributed of ranks whose weights differ, global_mean and global_var of samples of unequal counts (rank r
+    holds 3 + 4 r of them), and minibatch_moments of ranks far apart; each rank writes what it got."""
+    start = torch.nn.Linear(1, 1)  # each rank's own weights before start_distributed: r + 1 and -(r + 1)
+    with torch.no_grad():
+        start.weight.fill_(C.RANK + 1.0)
+        start.bias.fill_(-C.RANK - 1.0)
+    C.start_distributed(start, torch.device("cpu"))
     x = 10.0 * C.RANK + torch.arange(3 + 4 * C.RANK, dtype=torch.float32)
     y = 100.0 * C.RANK + torch.arange(6, dtype=torch.float32)  # two minibatches of 3 on each rank
     moments = C.minibatch_moments(y, [slice(0, 3), slice(3, 6)])
@@ -100,7 +104,8 @@ def collectives(out_dir: str) -> None:
     net(mine).square().mean().backward()
     C.average_gradients(net, len(mine))
     ev = C.explained_variance(x + off_by(len(x)), x)
-    got = {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments, "grad": net.weight.grad, "ev": ev}
+    got = {"start": start.state_dict()}
+    got |= {"mean": C.global_mean(x), "var": C.global_var(x), "moments": moments, "grad": net.weight.grad, "ev": ev}
     torch.save(got, f"{out_dir}/collectives{C.RANK}.pt")
 
 

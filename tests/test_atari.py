@@ -872,8 +872,9 @@ def test_the_defaults_are_the_atari_settings_of_the_ppo_paper_and_cleanrl():
     assert {name: getattr(args, name) for name in same} == {name: getattr(C.Args(), name) for name in same}
 
 
-def test_under_torchrun_the_batch_counts_every_process_s_envs(monkeypatch):
-    args = A.Args(num_envs=2, num_steps=8, num_minibatches=4, total_timesteps=100)
+@pytest.mark.parametrize("module", [A, C], ids=["atari", "continuous"])  # each script's Args has its own properties
+def test_under_torchrun_the_batch_counts_every_process_s_envs(monkeypatch, module):
+    args = module.Args(num_envs=2, num_steps=8, num_minibatches=4, total_timesteps=100)
     assert (args.world_size, args.batch_size, args.minibatch_size, args.num_iterations) == (1, 16, 4, 6)
     monkeypatch.setenv("WORLD_SIZE", "3")
     assert (args.world_size, args.batch_size, args.minibatch_size, args.num_iterations) == (3, 48, 12, 2)

@@ -62,6 +62,7 @@ def test_global_mean_and_var_weigh_each_rank_by_its_sample_count(tmp_path):
     every = torch.cat([10.0 * r + torch.arange(3 + 4 * r, dtype=torch.float64) for r in (0, 1)])  # 3 + 7 samples
     for r in (0, 1):
         got = torch.load(tmp_path / f"collectives{r}.pt", weights_only=True)
+        assert (got["start"]["weight"].item(), got["start"]["bias"].item()) == (1.0, -1.0)  # rank 0's, on every rank
         assert got["mean"].item() == pytest.approx(every.mean().item(), rel=1e-6)  # not the mean of the 2 means
         assert got["var"].item() == pytest.approx(every.var().item(), rel=1e-6)
         errors = torch.cat([off_by(3 + 4 * r).double() for r in (0, 1)])  # 0.97; by each rank alone -0.33 and 0.76
@@ -312,6 +313,24 @@ def test_advantage_moments_under_torchrun_keep_float64_precision_and_the_sample_
             assert std.item() == pytest.approx(exact.std().item(), rel=1e-6)
         else:  # equal advantages: a zero std, never NaN
             assert std.item() == 0.0
+
+
+def test_merging_one_process_s_statistics_keeps_their_values_and_dtypes(process_group):
+    """With a process group of one the merge is the statistics themselves: the same figures, in their own dtypes
+    (the observations' float32, the returns' float64), in what it returns and in the wrappers that go on."""
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1", num_envs=2), "test")
+    prior = C.normalization_state(envs)
+    envs.reset(seed=0)
+    for _ in range(5):
+        envs.step(envs.action_space.sample())
+    seen = C.normalization_state(envs)
+    assert seen["obs_rms.mean"].dtype == torch.float32 and seen["return_rms.mean"].dtype == torch.float64
+    merged = C.merge_normalization(envs, prior)
+    for state in (merged, C.normalization_state(envs)):
+        for key, value in seen.items():
+            assert state[key].dtype == value.dtype, key
+            torch.testing.assert_close(state[key].double(), value.double(), rtol=1e-5, atol=1e-6, msg=key)
+    envs.close()
 
 
 def test_explained_variance_under_torchrun_is_the_one_of_all_samples(process_group):

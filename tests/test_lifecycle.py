@@ -1020,6 +1020,31 @@ def test_a_stopped_run_closes_with_sigint_and_sigterm_ignored_and_exits_128_plus
     assert closed == [ignored, ignored] and after == ignored  # already while the log and the envs close
 
 
+def test_a_process_other_than_rank_0_shows_no_bar_evaluates_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Under torchrun every process runs main to its end: rank 0 alone shows the progress bar, evaluates the policy
+    and writes eval.json and summary.json (another rank would evaluate for nothing and race rank 0's writes)."""
+    monkeypatch.setattr(C, "RANK", 1)
+    args = C.Args(env_id="Pendulum-v1", num_steps=256, eval_episodes=1)
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    envs = C.make_envs(args, "test")
+    evaluations = spy(monkeypatch, C, "evaluate")
+    log = C.RunLog(args, str(tmp_path), progress, 512, False, "cpu")
+    progress = C.advance(progress, 1, args.batch_size, 1.0, [])
+    log.iteration(progress, {"losses/policy_loss": 0.0})
+    assert C.finish_run(args, str(tmp_path), progress, C.Agent(envs), envs, log) == progress
+    assert evaluations == [] and files(tmp_path) == set()
+    assert capsys.readouterr() == ("", "")  # no bar, no summary line
+
+
+def test_eval_checkpoint_under_torchrun_is_rank_0_s_alone(trained, tmp_path, monkeypatch, capsys):
+    shutil.copy(trained[0], tmp_path / C.CHECKPOINT)  # its eval.json would be written beside it
+    evaluations = spy(monkeypatch, C, "evaluate")
+    monkeypatch.setattr(C, "RANK", 1)
+    assert C.main(C.Args(eval_checkpoint=str(tmp_path / C.CHECKPOINT), eval_episodes=1)) == {}
+    assert evaluations == [] and files(tmp_path) == {C.CHECKPOINT}
+    assert capsys.readouterr() == ("", "")
+
+
 def test_a_resumed_runs_speed_counts_only_the_steps_it_ran_itself(tmp_path, monkeypatch):
     args = C.Args(env_id="Pendulum-v1", num_steps=256)
     progress = {"global_step": 1000, "iteration": 4, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}

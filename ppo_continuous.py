@@ -831,7 +831,8 @@ def save_checkpoint(
 def load_checkpoint(path: str) -> dict:
     """A checkpoint is data: weights_only refuses anything that would run code while loading."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings(action="ignore"):  # torch's notes on a broken file would precede our one line
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # missing, truncated, corrupted, or not a torch file at all
         fail(f"{path} is not a readable checkpoint ({why(e)})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:

@@ -803,8 +803,9 @@ def test_table1_scores_from_the_random_policy_up_and_bounds_the_mean_of_every_se
     assert quoted["table1-paper/clip-0.2/score"] == pytest.approx(1.0) and quoted["table1-paper/clip-0.2/low"] > 0.6
 
 
-def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_beside_the_papers(tmp_path, monkeypatch):
-    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+def partial_table1() -> dict:
+    """Table 1 with three settings on the paper's seven tasks: clip 0.2 and no clipping whole, clip 0.1 above both
+    but its last run (Swimmer, seed 3) still to come."""
     found: dict = {}
     for env_id in grid.PAPER_ENVS:
         for seed in grid.STUDY_SEEDS:
@@ -812,6 +813,12 @@ def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_be
             found.setdefault(("none", env_id), []).append({"seed": seed, "last_100": 100.0 * seed})
             if (env_id, seed) != ("Swimmer-v4", 3):  # clip 0.1's last run still to come
                 found.setdefault(("clip-0.1", env_id), []).append({"seed": seed, "last_100": 2000.0 + seed})
+    return found
+
+
+def test_table1s_figure_draws_each_settings_score_and_interval_from_its_table_beside_the_papers(tmp_path, monkeypatch):
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+    found = partial_table1()
     blocks, quoted = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
     table = {line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1:3] for line in blocks["table1-paper"][2:-1]}
     rows = tables.table1_rows(quoted)
@@ -1026,13 +1033,7 @@ def test_table1s_order_here_lists_only_the_settings_with_all_their_runs(monkeypa
     """clip 0.1 scores above clip 0.2 over its 20 runs but lacks its 21st: the line of this order leaves it out, as
     its heading says, until its last run lands."""
     monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)  # the order's words alone are checked
-    found: dict = {}
-    for env_id in grid.PAPER_ENVS:
-        for seed in grid.STUDY_SEEDS:
-            found.setdefault(("clip-0.2", env_id), []).append({"seed": seed, "last_100": 1000.0 + 100.0 * seed})
-            found.setdefault(("none", env_id), []).append({"seed": seed, "last_100": 100.0 * seed})
-            if (env_id, seed) != ("Swimmer-v4", 3):  # clip 0.1's last run still to come
-                found.setdefault(("clip-0.1", env_id), []).append({"seed": seed, "last_100": 2000.0 + seed})
+    found = partial_table1()
     blocks, quoted = tables.table1_paper(found, {e: 0.0 for e in grid.PAPER_ENVS})
     here = next(line for line in blocks["table1-paper-ranking"] if line.startswith("Here, "))
     clip, none = (quoted[f"table1-paper/{v}/score"] for v in ("clip-0.2", "none"))

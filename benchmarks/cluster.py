@@ -110,7 +110,13 @@ class Task:
                 run.command(runs_dir), cwd=os.path.dirname(runs_dir), stdout=log, stderr=log,
                 env=os.environ | {"OMP_NUM_THREADS": threads}, preexec_fn=ignore_usr2,
             )  # fmt: skip
-        code = self.proc.wait()
+        noted = False  # whether the run folder names this node's CPU (a fresh run's folder comes with its checkpoint)
+        while True:
+            code = self.proc.poll()  # before the note: a run that saved its checkpoint and then ended is noted too
+            noted = noted or grid.note_machine(run, runs_dir)
+            if code is not None:
+                break
+            time.sleep(grid.POLL_S)
         if code == 0 and run.state(runs_dir)[0] == "done":
             return self.land(job)
         if code == 0:  # exit 0 without summary.json: not a run that finished

@@ -18,7 +18,8 @@ iterations), so `run` can be started again after any stop. Ctrl-C or SIGTERM sto
 saved; a grid killed outright (SIGKILL) leaves none training: on Linux each gets SIGTERM from the kernel and saves.
 
 Named grids: every run lives in evidence/runs/{env}__{grid}-{variant}__{seed}__{time}/ (TensorBoard log,
-checkpoint, summary.json, eval.json), its console output in evidence/logs/.
+checkpoint, summary.json, eval.json, and machines.txt: the CPU of each machine that ran it), its console output in
+evidence/logs/.
   mujoco   the PPO paper's seven tasks (HalfCheetah, Hopper, InvertedDoublePendulum, InvertedPendulum, Reacher,
            Swimmer, Walker2d), Ant and Humanoid (v4), seeds 1-3, 1M steps, the defaults
   atari    Breakout, Pong, BeamRider (NoFrameskip-v4), seeds 1-3, 1M steps (4M frames), the defaults
@@ -92,6 +93,7 @@ RECORDS_DIR = os.path.join(ROOT, "benchmarks", "records")  # committed: one reco
 CURVE_POINTS = 100  # a record's learning curve: the mean return of its episodes in this many equal slices
 LAST_EPISODES = 100  # the PPO paper scores a run by its last 100 training episodes
 RETURN_TAG = "charts/episodic_return"
+MACHINES_FILE = "machines.txt"  # in a run folder: the CPU of each machine that ran one of its processes
 FULL_STEPS = 1_000_000
 SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
 SEEDS_GRID = "seeds"  # the grid name of ad-hoc runs
@@ -290,10 +292,31 @@ def make_record(run: Run, folder: str) -> dict:
         "wall_time_s": summary.get("wall_time_s"),
         "train_time_s": train_time(folder),
         "cpu": cpu_model(),  # of the machine that finished the run (speed figures name their machine)
+        "cpus": list(dict.fromkeys([*noted_machines(folder), cpu_model()])),  # every machine that ran it, each once
         "episodes": summary.get("episodes"),
         "curve": [[round(float(s.mean())), round(float(r.mean()), 2)] for s, r in slices if len(s)],
         "source": f"run folder {os.path.basename(folder)}",
     }
+
+
+def note_machine(run: Run, runs_dir: str) -> bool:
+    """Adds this machine's CPU to the run folder's MACHINES_FILE (unless its last line already names it); False
+    while the run has no folder yet (a fresh run's appears with its first checkpoint): call it again."""
+    folder = run.state(runs_dir)[1]
+    if folder is None:
+        return False
+    if noted_machines(folder)[-1:] != [cpu_model()]:
+        with open(os.path.join(folder, MACHINES_FILE), "a") as f:
+            f.write(cpu_model() + "\n")
+    return True
+
+
+def noted_machines(folder: str) -> list[str]:
+    """The CPUs noted in a run folder, one a process that ran it (by the grid or the Slurm task that started it)."""
+    if not os.path.exists(path := os.path.join(folder, MACHINES_FILE)):
+        return []
+    with open(path) as f:
+        return [line for line in f.read().splitlines() if line]
 
 
 def code_version(script: str) -> str | None:
@@ -463,6 +486,7 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
     logs = os.path.join(os.path.dirname(runs_dir), "logs")  # beside runs/, so run-folder globs never match them
     os.makedirs(logs, exist_ok=True)
     running: list[tuple[Run, subprocess.Popen, float]] = []
+    noted: set[subprocess.Popen] = set()  # the processes whose machine their run folder names
     failed, signals, forwarded = 0, [], 0  # signals: those that reached the grid; forwarded: how many went on
     before = {sig: signal.signal(sig, lambda signum, _: signals.append(signum)) for sig in STOP_SIGNALS}
     while pending or running:
@@ -482,6 +506,7 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
                 )
             running.append((r, proc, time.time()))
         time.sleep(POLL_S)
+        noted |= {proc for r, proc, _ in running if proc not in noted and note_machine(r, runs_dir)}
         for signum in signals[forwarded:]:  # in the loop, not the handler: no Popen call interrupted half-way
             print(
                 f"{signal.Signals(signum).name}: each running run saves and stops; the same command resumes", flush=True

@@ -285,8 +285,10 @@ def atari_10m_lines(found: dict) -> list[str]:
 
 
 def cpus_named(records: list[dict]) -> str:
-    """The CPUs the records ran on, as prose: 'AMD EPYC and Intel Xeon' (the vendors' (R), (TM), 'Processor' cut)."""
-    names = {re.sub(r"\s*\((R|TM)\)|\s+(CPU|Processor)$", "", r.get("cpu") or "") for r in records}
+    """The CPUs the records ran on, as prose: 'AMD EPYC and Intel Xeon' (the vendors' (R), (TM), 'Processor' cut);
+    every machine that ran a resumed run, where its record names them ("cpus"), else the one that finished it."""
+    cpus = [cpu for r in records for cpu in r.get("cpus") or [r.get("cpu")]]
+    names = {re.sub(r"\s*\((R|TM)\)|\s+(CPU|Processor)$", "", cpu or "") for cpu in cpus}
     names = sorted(name or "a CPU not recorded" for name in names)
     return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 

@@ -576,3 +576,27 @@ def test_waiting_for_workers_of_which_one_failed_ends_with_exit_1_and_its_line(t
     said = capsys.readouterr()
     assert end.value.code == 1 and said.err == "error: 1 of 2 workers failed\n"
     assert "FAILED worker 5_1: tune.py exit 2: error: cannot open the storage x" in said.out.splitlines()
+
+
+def test_a_run_stopped_on_one_node_and_finished_on_another_names_both_cpus_in_its_record(tmp_path, monkeypatch):
+    """A requeued task may land on a node of another CPU: the run's hours span both, and its record says so."""
+    import grid
+
+    run = grid.Run("table1", "moved", "Hopper-v4", 1, 2048, ())
+    runs_dir, records = tmp_path / "runs", str(tmp_path / "records")
+    folder = runs_dir / "Hopper-v4__table1-moved__1__1700000000"
+    saves = f"import os, sys; os.makedirs({str(folder)!r}); open({str(folder / 'checkpoint.pt')!r}, 'w')"
+    saves += "; sys.exit(143)"  # saved, then stopped by SIGTERM
+    finishes = f"open({str(folder / 'summary.json')!r}, 'w').write('{{}}')"
+    monkeypatch.setenv("SLURM_JOB_ID", "45")
+    for cpu, script in (("CPU A", saves), ("CPU B", finishes)):
+        monkeypatch.setattr(grid, "cpu_model", lambda cpu=cpu: cpu)
+        command = [sys.executable, "-c", script]
+        monkeypatch.setattr(run.__class__, "command", lambda self, runs_dir, command=command: command)
+        task = cluster.Task(run, str(runs_dir), records, commit=False)
+        if cpu == "CPU A":
+            with pytest.raises(RuntimeError, match="stopped by SIGTERM"):
+                task()
+        else:
+            assert task().startswith("record ")
+    assert grid.read_record(run, records)["cpus"] == ["CPU A", "CPU B"]

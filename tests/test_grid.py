@@ -267,3 +267,38 @@ def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(TypeError):
         grid.write_record(run, str(folder), str(records))
     assert path.read_text() == earlier and json.loads(earlier) and [p.name for p in records.iterdir()] == [path.name]
+
+
+# a script run by grid.py that saves a checkpoint and is cut (exit 3), unless FINISH is set: then it finishes
+CUT_SCRIPT = """
+import os, sys
+argv = sys.argv[1:]
+if "--resume" in argv:
+    folder = os.path.dirname(argv[argv.index("--resume") + 1])
+else:
+    name = "__".join(argv[argv.index(flag) + 1] for flag in ("--env-id", "--exp-name", "--seed"))
+    folder = os.path.join("runs", name + "__1700000000")
+    os.makedirs(folder)
+    open(os.path.join(folder, "checkpoint.pt"), "w").close()
+if "FINISH" not in os.environ:
+    sys.exit(3)
+open(os.path.join(folder, "summary.json"), "w").write("{}")
+"""
+
+
+def test_a_run_cut_on_one_machine_and_finished_on_another_names_both_cpus_in_its_record(
+    fake_repo, tmp_path, monkeypatch
+):
+    """Its hours and steps per second span both machines: its record says so, each machine once, in order."""
+    (fake_repo / "ppo_continuous.py").write_text(CUT_SCRIPT)
+    runs_dir, records = str(tmp_path / "evidence" / "runs"), str(tmp_path / "records")
+    run = grid.Run("table1", "moved", "Hopper-v4", 1, 2048, ())
+    for cpu in ("CPU A", "CPU A"):  # begun on A, resumed on A, cut both times
+        monkeypatch.setattr(grid, "cpu_model", lambda cpu=cpu: cpu)
+        assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 1
+    monkeypatch.setattr(grid, "cpu_model", lambda: "CPU B")
+    monkeypatch.setenv("FINISH", "1")
+    assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 0
+    record = grid.read_record(run, records)
+    assert record["cpus"] == ["CPU A", "CPU B"] and record["cpu"] == "CPU B"
+    assert (Path(run.state(runs_dir)[1]) / grid.MACHINES_FILE).read_text() == "CPU A\nCPU B\n"

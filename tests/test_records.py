@@ -749,6 +749,8 @@ def test_the_cpus_a_table_ran_on_read_as_prose_without_the_vendors_marks():
     three = [{"cpu": "Intel(R) Core(TM) i7-9700K CPU"}, {}, {"cpu": "AMD EPYC 7B13"}]
     assert tables.cpus_named(three) == "AMD EPYC 7B13, Intel Core i7-9700K and a CPU not recorded"
     assert tables.cpus_named([{"cpu": None}]) == "a CPU not recorded"
+    resumed = {"cpu": "AMD EPYC", "cpus": ["Intel(R) Xeon(R) Processor", "AMD EPYC"]}  # begun on one, ended on another
+    assert tables.cpus_named([resumed, {"cpu": "AMD EPYC"}]) == "AMD EPYC and Intel Xeon"
 
 
 def test_atari_at_10m_takes_a_recorded_mean_over_all_of_training_even_when_it_is_zero():

@@ -142,6 +142,34 @@ def test_a_game_cut_off_on_the_steps_a_reset_takes_is_reset_for_real():
     assert game.resets == 2 and game.t == 0
 
 
+class GameOverAt(FakeGame):
+    """A game that is over (terminated, whatever its lives counter reads) at its step over_at."""
+
+    def __init__(self, over_at: int):
+        super().__init__()
+        self.over_at = over_at
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated or self.t >= self.over_at, truncated, info
+
+
+def test_a_game_over_on_the_steps_a_reset_takes_is_reset_for_real_and_the_new_game_s_frame_returned():
+    """As a time limit is (above): a game that terminates on a reset's own steps, the no-op after a lost life or one
+    of FireReset's presses, starts again, and the reset returns the new game's frame, not the old game's last."""
+    game = GameOverAt(5)
+    env = A.EpisodicLife(game)
+    env.reset(seed=0)
+    for _ in range(4):  # the 4th step loses a life
+        env.step(2)
+    obs, _ = env.reset()  # its no-op step is the 5th: the game is over there
+    assert game.resets == 2 and game.t == 0 and obs.tolist() == [0, 0]  # FakeGame's reset frame
+    game = GameOverAt(2)
+    env = A.FireReset(game)
+    obs, _ = env.reset(seed=0)  # FIRE is step 1, action 2 step 2: the game is over, so it starts again
+    assert game.resets == 2 and game.t == 0 and obs.tolist() == [0, 0]
+
+
 @pytest.mark.parametrize(
     "wrap, time_limit, agent_steps",
     [
@@ -175,6 +203,20 @@ def test_fire_is_pressed_after_every_reset_including_after_a_life_loss():
     game.actions.clear()
     env.reset()  # after the life loss: a no-op step, then FIRE and action 2
     assert game.actions == [A.NOOP, A.FIRE, A.SECOND_START_ACTION]
+
+
+def test_a_reset_returns_the_frame_after_its_own_steps_the_one_the_agent_acts_on():
+    """FakeGame's frame of its step t reads t: FireReset's reset returns the frame after FIRE and action 2, and
+    after a lost life the frame after the no-op and both presses, not one from before them."""
+    game = FakeGame()
+    env = A.FireReset(A.EpisodicLife(game))
+    obs, _ = env.reset(seed=0)
+    assert obs.tolist() == [2, 2]  # FIRE was step 1, action 2 step 2
+    env.step(3)
+    _, _, terminated, _, _ = env.step(3)  # the game's 4th step loses a life
+    assert terminated
+    obs, _ = env.reset()  # the no-op (step 5), FIRE (6), action 2 (7)
+    assert obs.tolist() == [7, 7]
 
 
 def test_episodic_life_ends_an_episode_per_life_while_the_statistics_below_it_score_whole_raw_games():
@@ -404,6 +446,18 @@ def test_learning_sees_sign_clipped_rewards_and_life_losses_while_the_log_gets_t
     # its length in agent steps (each of 4 frames), with the few that each reset takes (no-op, FIRE, second
     # start action); not in emulator frames, as statistics recorded below the frame skip would count them
     assert len(rewards) <= episode["l"] <= len(rewards) + 3 * (terminations + 1)
+    env.close()
+
+
+def test_negative_rewards_reach_learning_as_minus_one():
+    """Skiing pays -6 or -7 raw points every step (time is its penalty): through make_env the agent sees -1 per step,
+    the reward's sign kept (not clipped to [0, 1] or made positive), while the statistics count the raw points."""
+    env = make_real_env("SkiingNoFrameskip-v4")
+    env.reset(seed=0)
+    rewards = [env.step(A.NOOP)[1] for _ in range(10)]
+    assert rewards == [-1.0] * 10
+    raw = find_wrapper(env, gym.wrappers.RecordEpisodeStatistics).episode_returns
+    assert raw <= 6 * sum(rewards)  # -6 or -7 raw points a step
     env.close()
 
 
@@ -819,6 +873,44 @@ def test_the_step_after_a_game_or_life_ends_is_an_autoreset_step_the_rollout_mas
     assert state.done.tolist() == [True, True]  # the second ended on the last step
     A.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
     assert buf.real.tolist() == [[t not in (0, 5)] * 2 for t in range(10)]  # its first step resets
+    envs.close()
+
+
+class Frames(gym.Env):
+    """A fake Atari game of blank (4, 84, 84) frames whose every game lasts `length` steps at 1 raw point a step."""
+
+    observation_space = gym.spaces.Box(0, 255, (A.FRAME_STACK, A.SCREEN, A.SCREEN), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(self.observation_space.shape, np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(self.observation_space.shape, np.uint8), 1.0, self.t == self.length, False, {}
+
+
+def test_the_rollout_returns_only_the_episodes_that_ended_each_with_the_step_it_ended_on():
+    """Atari's envs end their games at different steps: the vector env's info then holds a slot for every env, zeros
+    where none ended. collect_rollout returns the ended ones alone, as (raw return, length, rollout step)."""
+    thunks = [
+        lambda: gym.wrappers.RecordEpisodeStatistics(Frames(2)),
+        lambda: gym.wrappers.RecordEpisodeStatistics(Frames(3)),
+    ]
+    envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    torch.manual_seed(0)
+    agent = A.Agent(envs)
+    buf = A.Rollout.allocate(envs, 8, torch.device("cpu"))
+    obs, _ = envs.reset(seed=0)
+    state = A.EnvState(torch.as_tensor(obs), torch.zeros(envs.num_envs, dtype=torch.bool))
+    _, episodes = A.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    # env 0 ends on steps 1, 4 and 7 (each end is followed by its autoreset step), env 1 on steps 2 and 6
+    assert episodes == [(2.0, 2, 1), (3.0, 3, 2), (2.0, 2, 4), (3.0, 3, 6), (2.0, 2, 7)]
     envs.close()
 
 

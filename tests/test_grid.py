@@ -58,7 +58,10 @@ def fake_repo(tmp_path, monkeypatch):
 
 
 def test_grid_starts_its_runs_in_the_grids_order_first_seeds_before_second(fake_repo, tmp_path):
-    grid.main(["--seeds", "1", "2", "3", "--name", "order", "--dir", str(tmp_path / "there"), "--", "--env-id", "X"])
+    records = ["--records", str(tmp_path / "records")]  # none lands in the checkout's records, whatever the grid does
+    grid.main(
+        ["--seeds", "1", "2", "3", "--name", "order", "--dir", str(tmp_path / "there"), *records, "--", "--env-id", "X"]
+    )
     calls = [json.loads(line) for line in (fake_repo / "calls.jsonl").read_text().splitlines()]
     assert [c[c.index("--seed") + 1] for c in calls] == ["1", "2", "3"]
 
@@ -75,7 +78,8 @@ def test_each_of_k_runs_gets_the_cores_floor_divided_by_k_never_more_threads_tha
     )
     monkeypatch.setattr(grid, "usable_cores", lambda: cores)
     runs = grid.seed_runs("ppo_continuous.py", [1, 2], ["--env-id", "X"], "threads")
-    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=parallel) == 0
+    records = str(tmp_path / "records")  # none lands in the checkout's records, whatever the grid does
+    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=parallel, records_dir=records) == 0
     assert f"{parallel} at a time, OMP_NUM_THREADS={threads} each" in capsys.readouterr().out
     assert (fake_repo / "threads.txt").read_text().split() == [str(threads)] * 2
 
@@ -302,3 +306,115 @@ def test_a_run_cut_on_one_machine_and_finished_on_another_names_both_cpus_in_its
     record = grid.read_record(run, records)
     assert record["cpus"] == ["CPU A", "CPU B"] and record["cpu"] == "CPU B"
     assert (Path(run.state(runs_dir)[1]) / grid.MACHINES_FILE).read_text() == "CPU A\nCPU B\n"
+
+
+def test_a_run_resumes_its_newest_cut_folder_and_is_done_by_its_newest_finished_one(tmp_path):
+    """A run started again leaves several folders: the newest checkpoint is resumed, the newest summary counts."""
+    run = grid.Run("table1", "a", "Hopper-v4", 1, 2048, ())
+
+    def folder(stamp: int) -> Path:
+        made = tmp_path / f"Hopper-v4__table1-a__1__{stamp}"
+        made.mkdir()
+        (made / "checkpoint.pt").write_bytes(b"")
+        return made
+
+    old, new = folder(1700000000), folder(1800000000)
+    assert run.state(str(tmp_path)) == ("cut", str(new))
+    assert run.command(str(tmp_path))[2:] == ["--resume", str(new / "checkpoint.pt")]
+    (old / "summary.json").write_text("{}")
+    assert run.state(str(tmp_path)) == ("done", str(old))  # a finished run beats a newer cut one
+    (new / "summary.json").write_text("{}")
+    assert run.state(str(tmp_path)) == ("done", str(new))
+
+
+def test_an_ad_hoc_run_gets_its_flags_untouched_and_no_no_cuda_which_only_the_named_grids_add(tmp_path):
+    (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [2], ["--env-id", "Hopper-v4", "--clip-coef", "0.1"], "x")
+    assert ad_hoc.command(str(tmp_path))[2:] == [
+        *("--env-id", "Hopper-v4", "--seed", "2", "--exp-name", "seeds-x", "--save-every", "10", "--clip-coef", "0.1")
+    ]
+    named = grid.Run("table1", "a", "Hopper-v4", 2, 2048, ())
+    assert named.command(str(tmp_path))[-1] == "--no-cuda"
+
+
+def test_a_finished_run_is_not_started_again(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(grid.subprocess, "Popen", lambda *a, **k: pytest.fail("a finished run was started"))
+    named = grid.Run("table1", "a", "Hopper-v4", 1, 2048, ())
+    (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "Hopper-v4"], "x")
+    finished_run(tmp_path / "runs", "Hopper-v4", "table1-a", 1)
+    finished_run(tmp_path / "runs", "Hopper-v4", "seeds-x", 1)
+    assert grid.run([named, ad_hoc], str(tmp_path / "runs"), parallel=1, records_dir=str(tmp_path / "r")) == 0
+    assert "2 of 2 done; 0 to go" in capsys.readouterr().out
+
+
+def test_a_run_that_exits_zero_without_a_summary_is_failed_not_done(fake_repo, tmp_path, capsys):
+    """Exit 0 with only a checkpoint: not a finished run (resuming it would evaluate and summarize it)."""
+    summary = 'open(os.path.join(folder, "summary.json"), "w").write("{}")\n'
+    (fake_repo / "ppo_continuous.py").write_text(LOGGING_SCRIPT.replace(summary, ""))
+    runs = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X"], "unfinished")
+    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=1) == 1
+    assert "FAILED X seeds-unfinished seed 1 (exit 0 without summary.json)" in capsys.readouterr().out
+
+
+def test_a_fresh_run_whose_folder_appears_after_the_grid_first_looks_still_names_its_machine(
+    fake_repo, tmp_path, monkeypatch
+):
+    """A fresh run's folder appears with its first checkpoint: the grid looks again until it is there."""
+    runs_dir = tmp_path / "evidence" / "runs"
+    (fake_repo / "ppo_continuous.py").write_text(
+        "import os, time\nfor _ in range(600):  # 30 s at most\n    if os.path.exists('looked'):\n        break\n"
+        "    time.sleep(0.05)\n" + LOGGING_SCRIPT
+    )
+    note = grid.note_machine
+
+    def note_after_looking(run, runs_dir):  # the grid's first look comes before the folder is made
+        (Path(runs_dir).parent / "looked").touch()
+        return note(run, runs_dir)
+
+    monkeypatch.setattr(grid, "note_machine", note_after_looking)
+    monkeypatch.setattr(grid, "cpu_model", lambda: "CPU A")
+    run = grid.Run("table1", "late", "Hopper-v4", 1, 2048, ())
+    assert grid.run([run], str(runs_dir), parallel=1, records_dir=str(tmp_path / "records")) == 0
+    assert (Path(run.state(str(runs_dir))[1]) / grid.MACHINES_FILE).read_text() == "CPU A\n"
+    assert grid.read_record(run, str(tmp_path / "records"))["cpus"] == ["CPU A"]
+
+
+def test_a_run_that_comes_back_to_a_machine_notes_it_again_after_the_other(fake_repo, tmp_path, monkeypatch):
+    """machines.txt is each process's machine in turn (one line while the same machine goes on): A, B, A again."""
+    (fake_repo / "ppo_continuous.py").write_text(CUT_SCRIPT)
+    runs_dir, records = str(tmp_path / "evidence" / "runs"), str(tmp_path / "records")
+    run = grid.Run("table1", "back", "Hopper-v4", 1, 2048, ())
+    for cpu in ("CPU A", "CPU B"):  # begun on A, resumed on B, cut both times
+        monkeypatch.setattr(grid, "cpu_model", lambda cpu=cpu: cpu)
+        assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 1
+    monkeypatch.setattr(grid, "cpu_model", lambda: "CPU A")
+    monkeypatch.setenv("FINISH", "1")
+    assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 0
+    assert (Path(run.state(runs_dir)[1]) / grid.MACHINES_FILE).read_text() == "CPU A\nCPU B\nCPU A\n"
+    assert grid.read_record(run, records)["cpus"] == ["CPU A", "CPU B"]  # each machine once, in order
+
+
+def test_a_finished_ad_hoc_run_leaves_no_record(fake_repo, tmp_path, capsys):
+    records = tmp_path / "records"
+    runs = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X"], "plain")
+    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=1, records_dir=str(records)) == 0
+    assert not records.exists() or not list(records.iterdir())
+    assert "record" not in capsys.readouterr().out
+
+
+def test_with_commit_records_kept_outside_the_repository_leave_its_pages_alone(fake_repo, tmp_path, monkeypatch):
+    """The pages quote benchmarks/records alone: a record committed elsewhere (--records) rewrites none of them."""
+    records, paged = tmp_path / "records", []
+    records.mkdir()
+    monkeypatch.setattr(grid, "commit_record", lambda path, label: "committed")
+    monkeypatch.setattr(grid, "commit_pages", lambda label: paged.append(label) or "pages rewritten and committed")
+    monkeypatch.setattr(grid, "RECORDS_DIR", str(fake_repo))  # the repository's records: elsewhere
+    run = grid.Run("table1", "a", "Hopper-v4", 1, 2048, ())
+    assert grid.run([run], str(tmp_path / "evidence" / "runs"), parallel=1, records_dir=str(records), commit=True) == 0
+    assert paged == [] and grid.read_record(run, str(records)) is not None
+
+
+def test_a_grid_gives_back_the_signal_handlers_it_found(fake_repo, tmp_path):
+    before = {sig: signal.getsignal(sig) for sig in grid.STOP_SIGNALS}
+    runs = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X"], "handlers")
+    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=1) == 0
+    assert {sig: signal.getsignal(sig) for sig in grid.STOP_SIGNALS} == before  # Ctrl-C stops the caller again

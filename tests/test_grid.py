@@ -290,22 +290,27 @@ open(os.path.join(folder, "summary.json"), "w").write("{}")
 """
 
 
+@pytest.mark.parametrize(
+    "machines, noted",
+    [(("CPU A", "CPU A", "CPU B"), "CPU A\nCPU B\n"), (("CPU A", "CPU B", "CPU A"), "CPU A\nCPU B\nCPU A\n")],
+    ids=["resumed-on-the-same-then-another", "back-to-the-first"],
+)
 def test_a_run_cut_on_one_machine_and_finished_on_another_names_both_cpus_in_its_record(
-    fake_repo, tmp_path, monkeypatch
+    fake_repo, tmp_path, monkeypatch, machines, noted
 ):
-    """Its hours and steps per second span both machines: its record says so, each machine once, in order."""
+    """Its hours and steps per second span both machines: its record names each once, in order; machines.txt is
+    each process's machine in turn (one line while the same machine goes on)."""
     (fake_repo / "ppo_continuous.py").write_text(CUT_SCRIPT)
     runs_dir, records = str(tmp_path / "evidence" / "runs"), str(tmp_path / "records")
     run = grid.Run("table1", "moved", "Hopper-v4", 1, 2048, ())
-    for cpu in ("CPU A", "CPU A"):  # begun on A, resumed on A, cut both times
+    for i, cpu in enumerate(machines):  # cut on the first two, finished on the last
         monkeypatch.setattr(grid, "cpu_model", lambda cpu=cpu: cpu)
-        assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 1
-    monkeypatch.setattr(grid, "cpu_model", lambda: "CPU B")
-    monkeypatch.setenv("FINISH", "1")
-    assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 0
+        if i == len(machines) - 1:
+            monkeypatch.setenv("FINISH", "1")
+        assert grid.run([run], runs_dir, parallel=1, records_dir=records) == (0 if i == len(machines) - 1 else 1)
     record = grid.read_record(run, records)
-    assert record["cpus"] == ["CPU A", "CPU B"] and record["cpu"] == "CPU B"
-    assert (Path(run.state(runs_dir)[1]) / grid.MACHINES_FILE).read_text() == "CPU A\nCPU B\n"
+    assert record["cpus"] == ["CPU A", "CPU B"] and record["cpu"] == machines[-1]
+    assert (Path(run.state(runs_dir)[1]) / grid.MACHINES_FILE).read_text() == noted
 
 
 def test_a_run_resumes_its_newest_cut_folder_and_is_done_by_its_newest_finished_one(tmp_path):
@@ -376,21 +381,6 @@ def test_a_fresh_run_whose_folder_appears_after_the_grid_first_looks_still_names
     assert grid.run([run], str(runs_dir), parallel=1, records_dir=str(tmp_path / "records")) == 0
     assert (Path(run.state(str(runs_dir))[1]) / grid.MACHINES_FILE).read_text() == "CPU A\n"
     assert grid.read_record(run, str(tmp_path / "records"))["cpus"] == ["CPU A"]
-
-
-def test_a_run_that_comes_back_to_a_machine_notes_it_again_after_the_other(fake_repo, tmp_path, monkeypatch):
-    """machines.txt is each process's machine in turn (one line while the same machine goes on): A, B, A again."""
-    (fake_repo / "ppo_continuous.py").write_text(CUT_SCRIPT)
-    runs_dir, records = str(tmp_path / "evidence" / "runs"), str(tmp_path / "records")
-    run = grid.Run("table1", "back", "Hopper-v4", 1, 2048, ())
-    for cpu in ("CPU A", "CPU B"):  # begun on A, resumed on B, cut both times
-        monkeypatch.setattr(grid, "cpu_model", lambda cpu=cpu: cpu)
-        assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 1
-    monkeypatch.setattr(grid, "cpu_model", lambda: "CPU A")
-    monkeypatch.setenv("FINISH", "1")
-    assert grid.run([run], runs_dir, parallel=1, records_dir=records) == 0
-    assert (Path(run.state(runs_dir)[1]) / grid.MACHINES_FILE).read_text() == "CPU A\nCPU B\nCPU A\n"
-    assert grid.read_record(run, records)["cpus"] == ["CPU A", "CPU B"]  # each machine once, in order
 
 
 def test_a_finished_ad_hoc_run_leaves_no_record(fake_repo, tmp_path, capsys):

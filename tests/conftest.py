@@ -279,3 +279,25 @@ def finished_run_folder(runs_dir: Path, env_id: str, exp_name: str, seed: int, r
     (folder / "summary.json").write_text(json.dumps(summary | {"eval_mean_return": returns[-1] + 1, "sps": 100.0}))
     (folder / "eval.json").write_text(json.dumps({"returns": [returns[-1] + 1] * 2}))
     return folder
+
+
+# a script run by grid.py: logs each call, writes its run folder (resumed with --resume), saves a checkpoint and
+# finishes with a summary; "-fail__" runs and every run under CUT exit 3 after the checkpoint
+FAKE_SCRIPT = """
+import json, os, sys, time
+argv = sys.argv[1:]
+with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
+    f.write(json.dumps({"argv": argv, "threads": os.environ["OMP_NUM_THREADS"], "cwd": os.getcwd()}) + "\\n")
+if "--resume" in argv:
+    folder = os.path.dirname(argv[argv.index("--resume") + 1])
+else:
+    name = "__".join(argv[argv.index(flag) + 1] for flag in ("--env-id", "--exp-name", "--seed"))
+    folder = os.path.join("runs", name + "__1700000000")
+    os.makedirs(folder)
+open(os.path.join(folder, "checkpoint.pt"), "w").close()  # as the scripts save one every few iterations
+if "-fail__" in folder or "CUT" in os.environ:  # a run that fails, or one cut off (exit 3)
+    sys.exit(3)
+if "table1-nosummary" not in folder:
+    open(os.path.join(folder, "summary.json"), "w").write("{}")
+print("trained", folder)
+"""

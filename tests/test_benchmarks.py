@@ -18,7 +18,7 @@ import plot_curves
 import pytest
 import speed
 import tables
-from conftest import HANG_TIMEOUT, NEEDS_PGREP, SLOW_POINTMASS, STEP_S, scalars, wait_until
+from conftest import FAKE_SCRIPT, HANG_TIMEOUT, NEEDS_PGREP, SLOW_POINTMASS, STEP_S, scalars, wait_until
 
 import ppo_continuous as C
 
@@ -254,26 +254,6 @@ def test_a_cut_patched_variant_resumes_with_its_patch(tmp_path):
     command = run.command(str(tmp_path))
     assert command[1] == "-c" and grid.VARIANT_PATCHES["gymnasium-reward-norm"] in command[2]
     assert command[3:] == ["--resume", str(cut / "checkpoint.pt")]
-
-
-FAKE_SCRIPT = """
-import json, os, sys, time
-argv = sys.argv[1:]
-with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
-    f.write(json.dumps({"argv": argv, "threads": os.environ["OMP_NUM_THREADS"], "cwd": os.getcwd()}) + "\\n")
-if "--resume" in argv:
-    folder = os.path.dirname(argv[argv.index("--resume") + 1])
-else:
-    name = "__".join(argv[argv.index(flag) + 1] for flag in ("--env-id", "--exp-name", "--seed"))
-    folder = os.path.join("runs", name + "__1700000000")
-    os.makedirs(folder)
-open(os.path.join(folder, "checkpoint.pt"), "w").close()  # as the scripts save one every few iterations
-if "-fail__" in folder:
-    sys.exit(3)
-if "table1-nosummary" not in folder:
-    open(os.path.join(folder, "summary.json"), "w").write("{}")
-print("trained", folder)
-"""
 
 
 def test_grid_runs_what_is_missing_resumes_what_is_cut_splits_the_threads_and_counts_failures(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grid
 import pytest
-from conftest import HANG_TIMEOUT, ROOT
+from conftest import FAKE_SCRIPT, HANG_TIMEOUT, ROOT
 
 
 def finished_run(runs_dir: Path, env_id: str, exp_name: str, seed: int, summary: dict | None = None) -> Path:
@@ -273,23 +273,6 @@ def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert path.read_text() == earlier and json.loads(earlier) and [p.name for p in records.iterdir()] == [path.name]
 
 
-# a script run by grid.py that saves a checkpoint and is cut (exit 3), unless FINISH is set: then it finishes
-CUT_SCRIPT = """
-import os, sys
-argv = sys.argv[1:]
-if "--resume" in argv:
-    folder = os.path.dirname(argv[argv.index("--resume") + 1])
-else:
-    name = "__".join(argv[argv.index(flag) + 1] for flag in ("--env-id", "--exp-name", "--seed"))
-    folder = os.path.join("runs", name + "__1700000000")
-    os.makedirs(folder)
-    open(os.path.join(folder, "checkpoint.pt"), "w").close()
-if "FINISH" not in os.environ:
-    sys.exit(3)
-open(os.path.join(folder, "summary.json"), "w").write("{}")
-"""
-
-
 @pytest.mark.parametrize(
     "machines, noted",
     [(("CPU A", "CPU A", "CPU B"), "CPU A\nCPU B\n"), (("CPU A", "CPU B", "CPU A"), "CPU A\nCPU B\nCPU A\n")],
@@ -300,13 +283,15 @@ def test_a_run_cut_on_one_machine_and_finished_on_another_names_both_cpus_in_its
 ):
     """Its hours and steps per second span both machines: its record names each once, in order; machines.txt is
     each process's machine in turn (one line while the same machine goes on)."""
-    (fake_repo / "ppo_continuous.py").write_text(CUT_SCRIPT)
+    (fake_repo / "ppo_continuous.py").write_text(FAKE_SCRIPT)
     runs_dir, records = str(tmp_path / "evidence" / "runs"), str(tmp_path / "records")
     run = grid.Run("table1", "moved", "Hopper-v4", 1, 2048, ())
     for i, cpu in enumerate(machines):  # cut on the first two, finished on the last
         monkeypatch.setattr(grid, "cpu_model", lambda cpu=cpu: cpu)
-        if i == len(machines) - 1:
-            monkeypatch.setenv("FINISH", "1")
+        if i < len(machines) - 1:
+            monkeypatch.setenv("CUT", "1")
+        else:
+            monkeypatch.delenv("CUT")
         assert grid.run([run], runs_dir, parallel=1, records_dir=records) == (0 if i == len(machines) - 1 else 1)
     record = grid.read_record(run, records)
     assert record["cpus"] == ["CPU A", "CPU B"] and record["cpu"] == machines[-1]

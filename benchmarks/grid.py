@@ -248,8 +248,10 @@ def read_record(run: Run, records_dir: str = RECORDS_DIR) -> dict | None:
         "seed": run.seed,
         "flags": list(run.flags),
         "patch": run.patch,
+        "budget": run.steps,
     }
-    # what the record says it ran, and now; a record without "patch" was made before records held it: no patch
+    # what the record says it ran, and now; a record without "patch" was made before records held it: no patch;
+    # one without "budget" (the steps asked for; None: the script's default) was made before records held it
     differ = [k for k in wanted if (k in record or k == "patch") and record.get(k) != wanted[k]]
     if differ:
         made, now = (", ".join(f"{k} {source.get(k)}" for k in differ) for source in (record, wanted))
@@ -282,7 +284,8 @@ def make_record(run: Run, folder: str) -> dict:
         "flags": list(run.flags),
         "patch": run.patch,
         "commit": code_version(run.script),  # the code the run finished with (a resumed run may have begun earlier)
-        "steps": summary.get("global_step"),
+        "steps": summary.get("global_step"),  # reached: the budget rounded down to whole batches
+        "budget": run.steps,  # asked for (--total-timesteps; None: the script's default)
         "last_10": summary.get("mean_return_last_10"),
         "last_100": float(np.mean(returns[-LAST_EPISODES:])) if len(returns) else None,
         "mean_all": float(np.mean(returns)) if len(returns) else None,  # the PPO paper's other Atari score

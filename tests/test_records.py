@@ -36,6 +36,7 @@ def test_records_of_finished_runs_give_tables_the_same_figures_once_the_run_fold
     assert recorded.returncode == 0, recorded.stderr
     assert len(list(records.glob("*__table1-*.json"))) == 18
     record = json.loads((records / "Hopper-v4__table1-clip-0.3__2.json").read_text())
+    assert record["budget"] == grid.SMALL_STEPS  # asked for; reached below: the fake run's own
     assert record["steps"] == 150_000 and record["eval_returns"] == [356.0, 356.0] and record["sps"] == 100.0
     assert record["eval"] == 356.0 and record["wall_time_s"] == 123.0  # summary.json's greedy mean, its wall time
     assert record["last_100"] == pytest.approx(np.mean([206.0 + k for k in range(50, 150)]))
@@ -215,6 +216,7 @@ def test_every_committed_record_is_a_whole_run_of_a_named_grid_under_its_own_lab
         steps = [] if run.steps is None else ["--total-timesteps", str(run.steps)]
         args = tyro.cli(script.Args, args=[*run.flags, *steps])
         assert record["steps"] == args.num_iterations * args.batch_size, path.name
+        assert record["budget"] == run.steps, path.name  # what read_record compares with the grid's budget now
 
 
 def write_record(
@@ -629,7 +631,8 @@ def test_a_tuned_setting_stands_beside_the_defaults_runs_with_the_probability_of
 
 
 def test_a_record_made_with_other_flags_than_its_grid_now_gives_is_refused_in_one_line(tmp_path):
-    """A grid's flags changed since a run was recorded (a new tuned setting): its old figures must not pass for it."""
+    """A grid's flags or budget changed since a run was recorded (a new tuned setting, more steps): its old figures
+    must not pass for it."""
     records = tmp_path / "records"
     records.mkdir()
     (records / "random.json").write_text("{}")
@@ -645,7 +648,8 @@ def test_a_record_made_with_other_flags_than_its_grid_now_gives_is_refused_in_on
     path.write_text(json.dumps(record | {"steps": 1000, "last_10": 1.0, "last_100": 1.0, "eval": None, "curve": None}))
     assert grid.read_record(run, str(records))["flags"] == list(run.flags)  # its own setting: read
     original = path.read_text()
-    for key, other in (("grid", "mujoco"), ("variant", "default"), ("env_id", "Hopper-v4"), ("seed", 9)):
+    others = (("grid", "mujoco"), ("variant", "default"), ("env_id", "Hopper-v4"), ("seed", 9), ("budget", 3_000_000))
+    for key, other in others:
         path.write_text(json.dumps(json.loads(original) | {key: other}))  # a record of another run under its name
         with pytest.raises(grid.RecordMismatch, match=rf"was made with {key} {other}; the grid now runs {key} "):
             grid.read_record(run, str(records))

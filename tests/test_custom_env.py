@@ -52,6 +52,7 @@ PROBE = textwrap.dedent(
     SPACES = {
         "vector": BOX,
         "matrix": gym.spaces.Box(-5.0, 5.0, (3, 4), np.float32),
+        "scalar": gym.spaces.Box(-5.0, 5.0, (), np.float32),
         "dict": gym.spaces.Dict({"b": BOX, "a": gym.spaces.Box(-5.0, 5.0, (1,), np.float32)}),
         "ordered": gym.spaces.Dict(OrderedDict(b=BOX, a=gym.spaces.Box(-5.0, 5.0, (1,), np.float32))),
         "tuple": gym.spaces.Tuple((BOX, gym.spaces.Box(-5.0, 5.0, (1,), np.float32))),
@@ -240,6 +241,7 @@ def test_a_module_env_trains_under_torchrun(folder):
     [
         ("vector", [0.0, 0.1]),
         ("matrix", [x / 10 for x in range(12)]),  # row by row (C order)
+        ("scalar", [0.0]),  # a 0-d Box: a vector of one
         ("dict", [3.0, 1.0, 2.0]),  # the keys sorted: "a", then "b"
         ("ordered", [1.0, 2.0, 3.0]),  # an OrderedDict's own order: "b", then "a"
         ("tuple", [1.0, 2.0, 3.0]),

@@ -330,6 +330,9 @@ def test_merging_one_process_s_statistics_keeps_their_values_and_dtypes(process_
         for key, value in seen.items():
             assert state[key].dtype == value.dtype, key
             torch.testing.assert_close(state[key].double(), value.double(), rtol=1e-5, atol=1e-6, msg=key)
+    envs.step(envs.action_space.sample())  # and the wrappers go on learning: a merge freezes nothing
+    after = C.normalization_state(envs)
+    assert all(after[f"{name}.count"] > seen[f"{name}.count"] for name in C.RUNNING_STATS)
     envs.close()
 
 

@@ -737,6 +737,24 @@ def test_the_step_after_a_termination_is_an_autoreset_step_too_within_a_rollout_
     envs.close()
 
 
+def test_a_rollout_returns_each_ended_episode_once_with_its_raw_return_length_and_step():
+    """Only the envs whose episode ended on a step give an episode there, terminated or truncated: env 0 terminates
+    every 3rd step (return 1 + 2 + 3), env 1 is truncated every 2nd (11 + 12), never on the same step."""
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: Counting(0.0, 3, False), lambda: Counting(10.0, 2, True)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    torch.manual_seed(0)
+    agent = C.Agent(envs)
+    buf = C.Rollout.allocate(envs, 7, torch.device("cpu"))
+    obs, _ = envs.reset(seed=0)
+    state = C.EnvState(torch.as_tensor(obs), torch.zeros(2, dtype=torch.bool))
+    _, episodes = C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    assert episodes == [(23.0, 2, 1), (6.0, 3, 2), (23.0, 2, 4), (6.0, 3, 6)]  # (return, length, step)
+    envs.close()
+
+
 def test_rollout_stores_the_raw_sample_even_where_it_lies_outside_the_action_bounds():
     args = C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=40)
     envs = VectorRecorder(C.make_envs(args, "test"))

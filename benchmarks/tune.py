@@ -248,6 +248,9 @@ def batch_problem(script: str, flags: list[str]) -> str | None:
     envs, steps = fixed_int(script, flags, "num-envs"), fixed_int(script, flags, "num-steps")
     minibatches, total = fixed_int(script, flags, "num-minibatches"), fixed_int(script, flags, "total-timesteps")
     smallest = script_module(script).MIN_MINIBATCH  # the script's own floor (check_args)
+    if min(envs, steps, minibatches, total) < 1:  # a searched 0 (--param num-minibatches=0,4): no division by it
+        sizes = f"--num-envs {envs}, --num-steps {steps}, --num-minibatches {minibatches}, --total-timesteps {total}"
+        return f"{sizes}: each must be positive"
     if (envs * steps) % minibatches or envs * steps // minibatches < smallest:
         return f"{minibatches} minibatches do not split a batch of {envs * steps} into {smallest}+ samples each"
     if total < envs * steps:
@@ -733,6 +736,9 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     if not space:
         raise BadInput("nothing to search: every flag of the default space is fixed after -- (name some with --param)")
     budget = fixed_int(args.script, fixed, "total-timesteps")
+    for name in ("num-envs", "num-steps", "num-minibatches", "total-timesteps"):  # what batch_problem reads each trial
+        if (value := fixed_int(args.script, fixed, name)) < 1:
+            raise BadInput(f"--{name} must be positive, got {value}")
     if args.objective == "eval" and fixed_int(args.script, fixed, "eval-episodes") < 1:
         raise BadInput("--objective eval needs an evaluation: give --eval-episodes a positive value after --")
     objective_text = (

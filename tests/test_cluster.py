@@ -556,6 +556,32 @@ def test_a_server_study_made_otherwise_is_refused_before_any_worker_is_queued(tm
     assert capsys.readouterr().err.startswith("error: study 'pm' was made with other settings")
 
 
+def test_a_study_that_has_its_trials_submits_no_worker_and_one_short_of_them_submits_all(tmp_path, monkeypatch, capsys):
+    """--trials counts the study's finished trials: as many as asked for submit nothing, one fewer the whole array."""
+    import types
+
+    import tune
+
+    submitted = []
+
+    def submit_array(folder, workers, *args):
+        submitted.append(workers)
+        return [types.SimpleNamespace(job_id=f"7_{i}") for i in range(len(workers))]
+
+    monkeypatch.setattr(cluster, "check", lambda *a: None)
+    monkeypatch.setattr(cluster, "submit_array", submit_array)
+    monkeypatch.setattr(tune, "objective_fn", lambda study, space, stop: lambda trial: 1.0)
+    monkeypatch.setattr(tune, "show", lambda study, out_dir: None)
+    tune.main(["run", *TUNE_FLAGS, "--dir", str(tmp_path), "--storage", str(tmp_path / "pm.log"), *TUNE_FIXED])
+    workers = ["--dir", str(tmp_path), "--slurm-workers", "2"]  # the journal file pm.log there, by default
+    tune.main(["run", *TUNE_FLAGS, *workers, *TUNE_FIXED])
+    assert "study pm: 4 of 4 trials finished; no worker to submit" in capsys.readouterr().out and not submitted
+    more = [("5" if f == "4" else f) for f in TUNE_FLAGS]  # --trials 5
+    tune.main(["run", *more, *workers, *TUNE_FIXED])
+    assert len(submitted) == 1 and len(submitted[0]) == 2
+    assert "submitted 2 workers of study pm as job array 7" in capsys.readouterr().out
+
+
 def test_waiting_for_workers_of_which_one_failed_ends_with_exit_1_and_its_line(tmp_path, monkeypatch, capsys):
     import types
 

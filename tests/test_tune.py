@@ -2,6 +2,7 @@
 own logs, a study that stops and resumes with its trials kept, two workers on one storage, and bad input."""
 
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -108,6 +109,17 @@ def test_param_specs_become_the_flags_own_type_and_bad_ones_say_why():
             tune.parse_param(spec, fields, "x")
 
 
+def test_param_specs_in_the_forms_users_write_and_a_single_value_twice_is_no_choice():
+    """1e2 for an int range (a whole number in floating-point notation), True,False as Python spells switches."""
+    fields = tune.script_fields("ppo_continuous.py")
+    steps = tune.parse_param("num-steps=1e2:2e3:log", fields, "x")
+    assert (steps.kind, steps.low, steps.high, steps.log) == (int, 100, 2000, True) and type(steps.low) is int
+    assert tune.parse_param("clip-vloss=True,FALSE", fields, "x").choices == (True, False)
+    for spec, why in {"gamma=0.99,0.99": "two choices", "learning-rate=": "NAME=LOW:HIGH"}.items():
+        with pytest.raises(tune.BadInput, match=why):
+            tune.parse_param(spec, fields, "x")
+
+
 def test_the_default_space_leaves_the_fixed_flags_out_and_the_named_space_must_not_clash():
     space = tune.search_space(
         "ppo_continuous.py", [], ["--env-id", "Swimmer-v4", "--gamma=0.999", "--clip-coef", "0.3"]
@@ -126,6 +138,17 @@ def test_the_default_space_leaves_the_fixed_flags_out_and_the_named_space_must_n
     with pytest.raises(tune.BadInput, match="tune.py's to set"):
         tune.search_space("ppo_continuous.py", [], ["--seed", "3"])
     assert tune.search_space("ppo_continuous.py", [], ["--no-anneal-lr"])  # a switch's --no- form is a known flag
+
+
+def test_fixed_flags_are_known_in_every_spelling_a_command_line_has():
+    """--name=VALUE and a switch's --no-NAME fix a flag as --name VALUE does: searched too is a clash, and tune.py's
+    own flags are refused however they are written."""
+    for fixed, searched in ((["--gamma=0.99"], "gamma=0.9,0.99"), (["--no-clip-vloss"], "clip-vloss=true,false")):
+        with pytest.raises(tune.BadInput, match="both searched"):
+            tune.search_space("ppo_continuous.py", [searched], fixed)
+    for fixed in (["--seed=3"], ["--exp-name=x"]):
+        with pytest.raises(tune.BadInput, match="tune.py's to set"):
+            tune.search_space("ppo_continuous.py", [], fixed)
 
 
 def test_the_default_spaces_are_the_ones_the_tuning_page_lists():
@@ -363,11 +386,13 @@ def test_a_server_storage_whose_tables_another_worker_was_making_is_opened_again
             raise sqlalchemy.exc.OperationalError("CREATE TABLE studies", {}, Exception("table studies already exists"))
         if len(tries) == 2:  # the same version row written by two workers
             raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", {}, Exception("duplicate key value"))
+        if len(tries) == 3:  # PostgreSQL's DuplicateTable
+            raise sqlalchemy.exc.ProgrammingError("CREATE TABLE studies", {}, Exception('relation "studies" exists'))
         return "storage"
 
     monkeypatch.setattr(tune.optuna.storages, "RDBStorage", rdb_storage)
     monkeypatch.setattr(tune, "OPEN_RETRY_S", 0)
-    assert tune.open_storage("postgresql://host/db") == "storage" and len(tries) == 3
+    assert tune.open_storage("postgresql://host/db") == "storage" and len(tries) == 4
     tries.clear()
     monkeypatch.setattr(tune, "OPEN_TRIES", 2)
     with pytest.raises(tune.BadInput, match=r"cannot open the storage postgresql://host/db \(IntegrityError: "):
@@ -467,6 +492,18 @@ def test_the_objective_is_the_mean_over_seeds_of_the_last_episodes_asked_for(mon
     assert run.final() == pytest.approx(((6.0 + 7.0 + 8.0) / 3 + 7.0 - 50.0) / 3)
 
 
+def test_an_objective_of_zero_is_a_value_not_a_run_without_episodes(monkeypatch):
+    """A seed whose last episodes average 0.0 is scored 0.0: only a seed with no episode at all fails its trial."""
+    logs = {
+        "folder-1": (1000, np.array([100, 200]), np.array([-1.0, 1.0])),
+        "folder-2": (1000, np.array([999]), np.array([0.0])),
+    }
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    run = tune.Trial.__new__(tune.Trial)
+    run.study, run.folder, run.read = fake_study(last_episodes=2), lambda seed: f"folder-{seed}", {}
+    assert run.final() == 0.0
+
+
 def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", "/theirs")
@@ -483,16 +520,22 @@ def test_each_trial_process_gets_its_threads_and_the_users_folder_on_the_path(tm
         assert cmd[cmd.index("--exp-name") + 1] == "u-trial7" and cmd[cmd.index("--eval-episodes") + 1] == "0"
 
 
-def test_an_evaluation_asked_for_after_the_dashes_is_kept_under_the_last_episodes_objective(tmp_path, monkeypatch):
-    """--objective last spends no closing evaluation unless the fixed flags ask for one: theirs, not a 0 after it."""
+@pytest.mark.parametrize("asked", [["--eval-episodes", "5"], ["--eval-episodes=5"]])
+def test_an_evaluation_asked_for_after_the_dashes_is_kept_under_the_last_episodes_objective(
+    tmp_path, monkeypatch, asked
+):
+    """--objective last spends no closing evaluation unless the fixed flags ask for one (in either spelling): theirs,
+    not a 0 after it."""
     tune.script_module("ppo_continuous.py")  # read before Popen is replaced: the script's import runs a process
     started = []
     monkeypatch.setattr(tune.subprocess, "Popen", lambda cmd, **kwargs: started.append(cmd))
-    flags = ["--env-id", "Pendulum-v1", "--eval-episodes", "5"]
+    flags = ["--env-id", "Pendulum-v1", *asked]
     tune.Trial(fake_study(runs_dir=str(tmp_path / "runs")), 0, flags)
     assert len(started) == 2
     for cmd in started:
-        assert cmd.count("--eval-episodes") == 1 and cmd[cmd.index("--eval-episodes") + 1] == "5"
+        assert (
+            sum(f.startswith("--eval-episodes") for f in cmd) == 1 and tyro.cli(C.Args, args=cmd[2:]).eval_episodes == 5
+        )
 
 
 def test_each_seed_of_a_trial_gets_its_share_of_the_cores_unless_threads_says(tmp_path, monkeypatch):
@@ -507,6 +550,16 @@ def test_each_seed_of_a_trial_gets_its_share_of_the_cores_unless_threads_says(tm
     for name, flags in (("a", ["--seeds", "1", "2"]), ("b", ["--seeds", "1", "2", "3"]), ("c", ["--threads", "3"])):
         tune.main(["run", "--study", name, "--dir", str(tmp_path), "--trials", "1", *flags, LR, "--", *TINY])
     assert threads == [2, 1, 3]
+
+
+def test_each_seed_gets_a_thread_at_least_when_the_seeds_outnumber_the_cores(tmp_path, monkeypatch):
+    threads = []
+    monkeypatch.setattr(
+        tune, "objective_fn", lambda study, space, stop: threads.append(study.threads) or (lambda t: 1.0)
+    )
+    monkeypatch.setattr(tune, "usable_cores", lambda: 1)
+    tune.main(["run", "--study", "a", "--dir", str(tmp_path), "--trials", "1", "--seeds", "1", "2", LR, "--", *TINY])
+    assert threads == [1]
 
 
 def test_only_failures_in_a_row_end_a_study(tmp_path, monkeypatch):
@@ -548,6 +601,16 @@ def test_a_run_that_finished_without_an_episode_is_a_failure_that_max_failures_c
     out, err = capsys.readouterr()
     assert "trial 1 fail" in out and out.rstrip().endswith(": seed 1 finished without an episode")
     assert err.strip().endswith("2 trials in a row failed, the last with seed 1 finished without an episode")
+
+
+def test_a_failed_trial_says_the_last_line_its_run_wrote(tmp_path):
+    """A traceback's last line is its error: that is the trial's reason (what --max-failures' exit line repeats)."""
+    log = tmp_path / "u-trial0__1.log"
+    log.write_text("Traceback (most recent call last):\n  File 'x.py', line 1\nstep 10\r\rValueError: boom\n\n")
+    run = tune.Trial.__new__(tune.Trial)
+    run.study, run.procs, run.logs = fake_study(seeds=[1]), [types.SimpleNamespace(returncode=1)], [str(log)]
+    run.folder = lambda seed: "folder-1"
+    assert run.failure() == "seed 1 exit 1: ValueError: boom"
 
 
 def test_pruned_trials_count_toward_the_trials_asked_for(tmp_path, monkeypatch):
@@ -604,6 +667,8 @@ def test_bad_input_makes_nothing_neither_the_study_s_folder_nor_its_storage(tmp_
         f"{LR} -- --nope 1": "ppo_continuous.py has no flag --nope (given after --)",
         f"{LR} -- --exp-name x": "--exp-name is tune.py's to set",
         f"{LR} -- --total-timesteps many": "--total-timesteps 'many' is no integer",
+        f"{LR} -- --num-steps abc": "--num-steps 'abc' is no integer",  # read by each trial: before any is made
+        f"{LR} -- --num-minibatches 0": "--num-minibatches must be positive, got 0",
         f"--objective eval {LR} -- --eval-episodes 0": "--objective eval needs an evaluation",
         f"--seeds 2 2 {LR}": "--seeds 2 2: a seed twice",
         f"--trials 0 {LR}": "--trials must be positive",
@@ -654,6 +719,25 @@ def test_a_study_resumed_with_another_search_space_is_refused_by_name(tmp_path, 
     assert len(load(tmp_path, "r").trials) == 1
 
 
+def test_a_study_resumed_with_other_seeds_objective_or_episodes_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    """Each of them changes what a trial's value or its reports mean: --last-episodes too under --objective eval,
+    where the pruner still reads the last training episodes."""
+    monkeypatch.setattr(tune, "objective_fn", lambda study, space, stop: lambda trial: 1.0)
+    for name, first, other, said in (
+        ("s", [], ["--seeds", "1", "2"], "seeds [1]"),
+        ("o", [], ["--objective", "eval"], "objective last"),
+        ("l", ["--objective", "eval"], ["--objective", "eval", "--last-episodes", "5"], "last_episodes 10"),
+    ):
+        run = ["run", "--study", name, "--dir", str(tmp_path), LR]
+        tune.main([*run, "--trials", "1", *first, "--", *TINY])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as refused:
+            tune.main([*run, "--trials", "2", *other, "--", *TINY])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and f"was made with other settings ({said}" in err, err
+        assert len(load(tmp_path, name).trials) == 1
+
+
 def test_the_eval_objective_is_the_closing_greedy_evaluation_averaged_over_the_seeds(tmp_path):
     out = run_tuner(tmp_path, "run", "--study", "e", "--trials", "1", "--seeds", "1", "2", "--objective", "eval", LR,
                     "--", *TINY, "--eval-episodes", "3")  # fmt: skip
@@ -678,6 +762,17 @@ def test_a_step_before_some_seeds_first_episode_is_skipped_not_waited_for(monkey
     assert 100 not in values and values[200] == (1.0 + 5.0) / 2 and values[300] == (2.0 + 5.0) / 2
 
 
+def test_a_seed_that_has_come_exactly_to_a_report_step_has_passed_it(monkeypatch):
+    logs = {
+        "folder-1": (1000, np.array([50, 150, 250, 450]), np.array([1.0, 2.0, 3.0, 4.0])),
+        "folder-2": (400, np.array([60, 160, 400]), np.array([10.0, 20.0, 30.0])),  # its last episode ends at 400
+    }
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    trial = optuna.create_study().ask()
+    assert tune.report_due(FakeRun(fake_study()), trial, 0, prune=False) == 4
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values[400] == ((2.0 + 3.0) / 2 + 25.0) / 2
+
+
 def test_without_prune_a_trial_the_pruner_would_stop_runs_on_and_with_prune_it_stops(monkeypatch):
     logs = {f"folder-{seed}": (1000, np.array([50, 150]), np.array([1.0, 2.0])) for seed in (1, 2)}
     monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
@@ -688,6 +783,25 @@ def test_without_prune_a_trial_the_pruner_would_stop_runs_on_and_with_prune_it_s
         tune.report_due(FakeRun(fake_study()), trial, 0, prune=True)
 
 
+class PruneAll(optuna.pruners.BasePruner):
+    def prune(self, study, trial) -> bool:
+        return True
+
+
+def test_a_run_that_ended_between_looks_is_complete_however_its_values_compare(monkeypatch):
+    """The values reported after a run has ended are for the median: a trial that spent its whole budget is not
+    pruned then (its value is kept), whatever the pruner would say."""
+    logs = {f"folder-{seed}": (1000, np.array([50, 150]), np.array([1.0, 2.0])) for seed in (1, 2)}
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: logs[folder])
+    monkeypatch.setattr(tune, "Trial", FakeRun)  # ended before the first look
+    monkeypatch.setattr(tune, "write_hparams", lambda *args: None)
+    study = optuna.create_study(direction="maximize", pruner=PruneAll())
+    study.optimize(tune.objective_fn(fake_study(), [], types.SimpleNamespace(signum=None)), n_trials=1)
+    (trial,) = study.trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.value == 1.0
+    assert list(trial.intermediate_values) == tune.report_steps(1000)
+
+
 def test_a_trial_checkpoints_twice_a_report_so_the_pruner_reads_flushed_logs():
     batch = 2048  # ppo_continuous.py's defaults: 1 env x 2048 steps
     iterations = 2 * tune.REPORTS * 5
@@ -695,6 +809,12 @@ def test_a_trial_checkpoints_twice_a_report_so_the_pruner_reads_flushed_logs():
     every = tune.Trial.save_every(trial, [])
     assert iterations // every == 2 * tune.REPORTS
     assert tune.Trial.save_every(trial, ["--num-steps", "1024"]) == 2 * every  # from the trial's own flags
+
+
+def test_a_trial_of_a_small_budget_still_checkpoints_so_its_logs_are_flushed():
+    """--save-every 0 is never: a budget of fewer batches than two a report still checkpoints every iteration."""
+    trial = types.SimpleNamespace(study=fake_study(budget=3 * 2048))  # 3 iterations of the default batch
+    assert tune.Trial.save_every(trial, []) == 1
 
 
 def test_a_trial_whose_sizes_the_fixed_flags_rule_out_is_pruned_before_it_runs(monkeypatch):
@@ -715,6 +835,18 @@ def test_a_trial_whose_sizes_the_fixed_flags_rule_out_is_pruned_before_it_runs(m
         steps, minibatches = (tune.parse_param(t, tune.script_fields(script), script) for t in texts[1:3])
         for n, m in ((n, m) for n in steps.choices for m in minibatches.choices):
             assert tune.batch_problem(script, ["--num-steps", str(n), "--num-minibatches", str(m)]) is None
+
+
+def test_a_trial_is_pruned_before_it_runs_exactly_when_the_script_would_refuse_its_sizes():
+    """batch_problem agrees with the script's own check, one batch of the whole budget and several envs included."""
+    said = []
+    for envs, steps, minibatches, total in itertools.product((1, 4), (128, 2048), (0, 32, 128), (2048, 4096)):
+        flags = ["--num-envs", str(envs), "--num-steps", str(steps), "--num-minibatches", str(minibatches),
+                 "--total-timesteps", str(total)]  # fmt: skip
+        problem = tune.batch_problem("ppo_continuous.py", flags)
+        assert (problem is None) == (C.check_args(tyro.cli(C.Args, args=flags)) is None), (flags, problem)
+        said.append(problem is None)
+    assert any(said) and not all(said)
 
 
 def test_a_log_range_on_an_integer_flag_is_searched_log_uniformly_in_whole_numbers(tmp_path, monkeypatch):
@@ -784,6 +916,30 @@ def test_show_ranks_every_complete_trial_not_only_the_first_ten(tmp_path, capsys
     out = capsys.readouterr().out
     assert "best (trial 11, 100.00):" in out and "| 11 | 100.00 |" in out
     assert "| 2 | 2.00 |" in out and "| 1 | 1.00 |" not in out and "| 0 | 0.00 |" not in out  # the top ten of 12
+
+
+def test_show_ranks_complete_trials_keeps_choices_as_given_and_gives_the_best_ones_command(tmp_path, capsys):
+    """A pruned trial's value (its last report, mid-budget) is not ranked; a choice shows as chosen (0.9999, not 1),
+    a range in 3 digits; the command line is the best trial's, not the first's."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("settings", {"script": "ppo_continuous.py", "objective_text": "test"})
+    lr = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    gamma = optuna.distributions.CategoricalDistribution([0.99, 0.9999])
+    made = [(0.0012345, 0.99, 5.0, "COMPLETE"), (0.0056789, 0.9999, 9.0, "COMPLETE"), (0.002, 0.99, 50.0, "PRUNED")]
+    for rate, g, value, state in made:
+        params = {"learning-rate": rate, "gamma": g}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params, distributions={"learning-rate": lr, "gamma": gamma}, value=value,
+                intermediate_values={100: value}, state=optuna.trial.TrialState[state],
+                user_attrs={"flags": ["--env-id", "X-v0", *tune.as_flags(params)]},
+            )
+        )  # fmt: skip
+    tune.show(study, str(tmp_path))
+    out = capsys.readouterr().out
+    assert "| 1 | 9.00 | 0.9999 | 0.00568 |" in out and "| 0 | 5.00 | 0.99 | 0.00123 |" in out and "| 2 |" not in out
+    command = out.split("best (trial 1, 9.00):\n")[1].splitlines()[0]
+    assert shlex.split(command) == ["python", "ppo_continuous.py", *study.trials[1].user_attrs["flags"]]
 
 
 def test_the_best_command_is_quoted_for_a_shell():

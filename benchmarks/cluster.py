@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import grid
 
@@ -318,8 +319,10 @@ def wait_jobs(jobs: list) -> None:
 
 def wait(jobs: list, runs: list["grid.Run"], runs_dir: str) -> int:
     """Wait for every job to leave the queue; print each submitted run's end; the number that did not finish
-    (failed, or stopped or out of requeues: those resume when submitted again)."""
-    wait_jobs(jobs)
+    (failed, or stopped or out of requeues: those resume when submitted again). The runs an earlier submission
+    queued (not submitted again) are waited for too."""
+    states = [read_state(runs_dir, r) or {} for r in runs]
+    wait_jobs([*jobs, *(types.SimpleNamespace(job_id=s["job"]) for s in states if s.get("job"))])
     unfinished = 0
     for r in runs:
         state = read_state(runs_dir, r) or {}
@@ -344,8 +347,8 @@ def add_options(parser: argparse.ArgumentParser, title: str) -> argparse._Argume
     slurm.add_argument("--mem", help="sbatch --mem, e.g. 8G (default: the cluster's)")
     slurm.add_argument("--account", help="sbatch --account")
     slurm.add_argument(
-        "--sbatch", action="append", default=[], type=lambda s: tuple(s.split("=", 1)) if "=" in s else (s, None),
-        metavar="OPTION=VALUE", help="any other sbatch option, without its dashes: --sbatch qos=high (repeatable)",
+        "--sbatch", action="append", default=[], type=lambda s: tuple(s.split("=", 1)) if "=" in s else (s, True),
+        metavar="OPTION=VALUE", help="any other sbatch option, no dashes: --sbatch qos=high, --sbatch exclusive",
     )  # fmt: skip
     slurm.add_argument("--max-timeouts", type=int, default=MAX_TIMEOUTS, help=f"requeues after a time limit per task "
                        f"({MAX_TIMEOUTS})")  # fmt: skip

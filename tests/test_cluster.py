@@ -626,3 +626,303 @@ def test_a_run_stopped_on_one_node_and_finished_on_another_names_both_cpus_in_it
         else:
             assert task().startswith("record ")
     assert grid.read_record(run, records)["cpus"] == ["CPU A", "CPU B"]
+
+
+# --- audit: what the tests above left unchecked ------------------------------------------------------------------
+
+
+def test_a_submission_needs_sbatch_squeue_scontrol_and_submitit_on_the_submitters_machine(tmp_path, monkeypatch):
+    """check() passes a machine of the cluster (the three Slurm tools on its PATH, submitit importable) and names the
+    first one missing: submitit submits with sbatch and requeues with scontrol, the waiting looks with squeue."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cluster.add_options(parser, "Slurm")
+    options = parser.parse_args([])
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("sbatch", "squeue", "scontrol"):
+        (tools / tool).write_text("#!/bin/sh\nexit 1\n")
+        (tools / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    assert cluster.check(options, str(tmp_path), "--slurm") is None
+    for tool in ("sbatch", "squeue", "scontrol"):
+        (tools / tool).rename(tools / f"{tool}.gone")
+        assert f"--slurm: no {tool} on this machine's PATH" in cluster.check(options, str(tmp_path), "--slurm"), tool
+        (tools / f"{tool}.gone").rename(tools / tool)
+    find_spec = cluster.importlib.util.find_spec
+    monkeypatch.setattr(
+        cluster.importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else find_spec(name, *a)
+    )
+    assert cluster.check(options, str(tmp_path), "--slurm") == "--slurm needs submitit: pip install -r requirements.txt"
+
+
+def test_status_of_a_queued_run_counts_the_steps_its_event_file_holds_and_a_failed_one_says_its_line(
+    tmp_path, monkeypatch
+):
+    """where(): a queued run's last logged step (0 before its first SPS), a failed run's line whatever squeue says,
+    and a state file cut short (a full disk) read as none: missing, not a traceback."""
+    import grid
+    from torch.utils.tensorboard import SummaryWriter
+
+    (run,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X-v0"])
+    runs_dir = tmp_path / "runs"
+    folder = runs_dir / f"{run.label}__1700000000"
+    folder.mkdir(parents=True)
+    (folder / "checkpoint.pt").write_bytes(b"")  # cut: its folder is the one resumed
+    monkeypatch.setattr(cluster, "queued", lambda job: "RUNNING")
+    Path(cluster.state_path(str(runs_dir), run)).parent.mkdir()
+    Path(cluster.state_path(str(runs_dir), run)).write_text('{"state": "pen')
+    assert cluster.where(run, str(runs_dir)) == ("missing", "not submitted")
+    cluster.write_state(str(runs_dir), run, state="running", job="9_0")
+    assert cluster.where(run, str(runs_dir)) == ("running", "job 9_0 (running), 0 steps")  # no SPS logged yet
+    writer = SummaryWriter(str(folder))
+    for step in (512, 1024, 1536):  # an iteration's SPS at its last step
+        writer.add_scalar("charts/SPS", 100.0, step)
+    writer.close()
+    assert cluster.where(run, str(runs_dir)) == ("running", "job 9_0 (running), 1,536 steps")
+    cluster.write_state(str(runs_dir), run, state="failed", job="9_0", line="ValueError: boom")
+    assert cluster.where(run, str(runs_dir)) == ("failed", "job 9_0: ValueError: boom")
+
+
+def test_a_failed_tasks_state_file_beside_the_runs_says_its_scripts_last_line_and_status_shows_it(
+    tmp_path, monkeypatch
+):
+    """{dir}/slurm/{label}.json: failed with the script's last line (its stderr is in the log), or with the exit 0 that
+    left no summary.json; `grid.py status` shows that line. The task raises: submitit does not requeue it."""
+    import grid
+
+    run = grid.Run(grid.SEEDS_GRID, "boom", "pointmass:PointMass-v0", 1, None, ())
+    runs_dir, state_file = str(tmp_path / "runs"), tmp_path / "slurm" / f"{run.label}.json"
+    monkeypatch.setattr(cluster, "queued", lambda job: None)  # it has left the queue
+    monkeypatch.setenv("SLURM_JOB_ID", "46")
+    for script, line in (
+        ("import sys; print('starting', flush=True); sys.exit('ValueError: boom')", "ValueError: boom"),  # stderr
+        ("pass", "exit 0 without summary.json"),
+    ):
+        monkeypatch.setattr(
+            run.__class__, "command", lambda self, runs_dir, script=script: [sys.executable, "-c", script]
+        )
+        with pytest.raises(RuntimeError, match=line):
+            cluster.Task(run, runs_dir, str(tmp_path / "records"), commit=False)()
+        assert json.loads(state_file.read_text()) == {"state": "failed", "job": "46", "line": line}
+        assert cluster.where(run, runs_dir) == ("failed", f"job 46: {line}")
+
+
+def test_a_tasks_script_runs_in_the_grids_folder_one_thread_unless_told_its_run_marked_running_by_its_array_task(
+    tmp_path, monkeypatch
+):
+    """The script runs where grid.py runs it (its runs/ there), on SLURM_CPUS_PER_TASK threads (1 when Slurm says
+    none, not the submitter's), while its state says running with the job as squeue names an array task
+    (ARRAY_INDEX, not the task's own SLURM_JOB_ID)."""
+    import grid
+
+    run = grid.Run(grid.SEEDS_GRID, "seen", "pointmass:PointMass-v0", 1, None, ())
+    runs_dir, out = str(tmp_path / "runs"), tmp_path / "seen.json"
+    probe = (
+        f"import json, os; json.dump({{'cwd': os.path.realpath(os.getcwd()), 'threads': os.environ['OMP_NUM_THREADS'],"
+        f" 'state': json.load(open({cluster.state_path(runs_dir, run)!r}))}}, open({str(out)!r}, 'w'))"
+    )
+    monkeypatch.setattr(run.__class__, "command", lambda self, runs_dir: [sys.executable, "-c", probe])
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the submitter's
+    monkeypatch.setenv("SLURM_JOB_ID", "12")  # the array task's own job number
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "9")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    with pytest.raises(RuntimeError, match="without summary.json"):
+        cluster.Task(run, runs_dir, str(tmp_path / "records"), commit=False)()
+    seen = json.loads(out.read_text())
+    assert seen == {"cwd": os.path.realpath(tmp_path), "threads": "1", "state": {"state": "running", "job": "9_2"}}
+    assert cluster.read_state(runs_dir, run)["job"] == "9_2"
+
+
+def test_a_task_given_commit_lands_its_run_with_commit_and_so_does_the_task_it_requeues(tmp_path, monkeypatch):
+    """--commit travels with the requeued task; a warning that comes before the script started (no process) still
+    leaves the run requeued."""
+    import grid
+
+    run = grid.Run("table1", "kept", "Hopper-v4", 1, 2048, ())
+    landed = []
+    monkeypatch.setattr(grid, "land", lambda run, runs_dir, records, commit: landed.append((records, commit)) or "r")
+    monkeypatch.setenv("SLURM_JOB_ID", "47")
+    task = cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=True)
+    requeued = task.checkpoint().function
+    assert cluster.read_state(task.runs_dir, run) == {"state": "requeued", "job": "47"}
+    finished_run_folder(tmp_path / "runs", run.env_name, run.exp_name, 1, [1.0] * 12)
+    assert requeued() == "r" and landed == [(str(tmp_path / "records"), True)]
+
+
+def test_a_task_names_its_node_in_the_run_folder_while_its_script_runs_not_only_once_it_ended(tmp_path, monkeypatch):
+    """Slurm's warning ends a task inside its wait (submitit requeues it from its signal handler): the node must be
+    named as soon as the run folder is there, or the CPU of a node that ran part of the run is never named."""
+    import grid
+
+    run = grid.Run("table1", "noted", "Hopper-v4", 1, 2048, ())
+    folder = tmp_path / "runs" / "Hopper-v4__table1-noted__1__1700000000"
+    machines = folder / grid.MACHINES_FILE
+    script = (  # saves, then waits for the node's name before it stops (saved: exit 143)
+        f"import os, sys, time; os.makedirs({str(folder)!r}); open({str(folder / 'checkpoint.pt')!r}, 'w').close()\n"
+        f"deadline = time.monotonic() + {HANG_TIMEOUT}\n"
+        f"while not os.path.exists({str(machines)!r}) and time.monotonic() < deadline:\n    time.sleep(0.05)\n"
+        f"sys.exit(143 if os.path.exists({str(machines)!r}) else 3)"
+    )
+    monkeypatch.setattr(run.__class__, "command", lambda self, runs_dir: [sys.executable, "-c", script])
+    monkeypatch.setattr(grid, "cpu_model", lambda: "CPU A")
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    monkeypatch.setenv("SLURM_JOB_ID", "48")
+    with pytest.raises(RuntimeError, match="stopped by SIGTERM"):
+        cluster.Task(run, str(tmp_path / "runs"), str(tmp_path / "records"), commit=False)()
+    assert grid.noted_machines(str(folder)) == ["CPU A"]
+
+
+def test_a_warned_script_that_has_not_stopped_stop_wait_s_after_its_sigterm_is_killed(tmp_path):
+    """A script stuck past STOP_WAIT_S is killed (its last --save-every checkpoint stands) and reaped: the warned
+    task goes on to be requeued, never waits on it forever."""
+    probe = f"""
+import subprocess, sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import cluster
+cluster.STOP_WAIT_S = 0.5
+script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+assert proc.stdout.readline() == b"up\\n"
+cluster.stop(proc)
+print("stopped", proc.returncode)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert done.returncode == 0 and done.stdout == f"stopped {-cluster.signal.SIGKILL}\n", done.stderr
+
+
+def test_a_grid_whose_runs_are_all_done_submits_no_array(tmp_path, monkeypatch, capsys):
+    import grid
+
+    made = stand_in_executor(monkeypatch)
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    flags = ["--seeds", "1", "2", "--", "--env-id", "X-v0"]
+    for r in grid.seed_runs("ppo_continuous.py", [1, 2], ["--env-id", "X-v0"]):
+        finished_run_folder(tmp_path / "runs", r.env_name, r.exp_name, r.seed, [1.0] * 12)
+    grid.main(["run", "--slurm", "--dir", str(tmp_path), *flags])
+    assert made["tasks"] == [] and "parameters" not in made
+    assert capsys.readouterr().out == "2 runs: none to submit\n"
+
+
+def test_an_array_sbatch_refuses_leaves_no_pickle_or_state_of_its_own_and_says_sbatchs_first_line(
+    tmp_path, monkeypatch, capsys
+):
+    """submitit pickles the tasks into {dir}/slurm before sbatch: a refusal removes them, not what an earlier
+    array left there (a run's state file), and says sbatch's first line."""
+    import contextlib
+
+    import grid
+    import submitit
+    from submitit.core.utils import FailedJobError
+
+    class Refusing:
+        def __init__(self, folder: str, max_num_timeout: int):
+            self.folder = os.path.dirname(folder)  # {dir}/slurm/%j
+
+        def update_parameters(self, **parameters):
+            pass
+
+        @contextlib.contextmanager
+        def batch(self):
+            yield
+            raise FailedJobError("sbatch: error: invalid partition specified: nosuch\nsbatch: error: submission failed")
+
+        def submit(self, task):
+            os.makedirs(self.folder, exist_ok=True)
+            Path(self.folder, f"{id(task)}_submitted.pkl").write_bytes(b"")
+
+    monkeypatch.setattr(submitit, "SlurmExecutor", Refusing)
+    monkeypatch.setattr(cluster, "check", lambda *a: None)
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    runs = grid.seed_runs("ppo_continuous.py", [1, 2], ["--env-id", "X-v0"])
+    runs_dir = str(tmp_path / "runs")
+    cluster.write_state(runs_dir, runs[1], state="failed", job="4_1", line="boom")  # an earlier array's
+    with pytest.raises(SystemExit) as end:
+        grid.main(["run", "--slurm", "--dir", str(tmp_path), "--seeds", "1", "2", "--", "--env-id", "X-v0"])
+    assert end.value.code == 2
+    said = "error: Slurm refused the job array: sbatch: error: invalid partition specified: nosuch\n"
+    assert capsys.readouterr().err == said
+    assert os.listdir(tmp_path / "slurm") == [f"{runs[1].label}.json"]
+    assert cluster.read_state(runs_dir, runs[1]) == {"state": "failed", "job": "4_1", "line": "boom"}
+
+
+def test_an_sbatch_option_reaches_the_array_with_its_whole_value(tmp_path, monkeypatch):
+    import grid
+
+    made = stand_in_executor(monkeypatch)
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    sbatch = ["--sbatch", "comment=lr=3e-4", "--sbatch", "qos=high"]
+    grid.main(["run", "--slurm", "--dir", str(tmp_path), *sbatch, "--seeds", "1", "--", *POINTMASS])
+    assert made["parameters"]["additional_parameters"] == {"comment": "lr=3e-4", "qos": "high"}
+
+
+def test_waiting_lasts_until_every_job_of_the_array_has_left_the_queue(monkeypatch):
+    import types
+
+    import grid
+
+    left = {"9_0": ["RUNNING", "RUNNING", None], "9_1": ["PENDING", "RUNNING", None]}  # what squeue says, look by look
+    monkeypatch.setattr(grid, "POLL_S", 0)
+    monkeypatch.setattr(cluster, "queued", lambda job: left[job].pop(0))
+    cluster.wait_jobs([types.SimpleNamespace(job_id=job) for job in left])
+    assert left == {"9_0": [], "9_1": []}
+
+
+def test_queued_is_squeues_state_of_a_job_in_the_queue_and_none_once_it_left(tmp_path, monkeypatch):
+    """squeue as Slurm's answers (a stand-in on the PATH): a header unless -h, a job's state as -o asks (%T: PENDING,
+    RUNNING; %t: PD, R), and for a job that has left the queue no line and exit 1."""
+    fake = tmp_path / "squeue"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "args = sys.argv[1:]\n"
+        "jobs = {'5_0': ('RUNNING', 'R'), '5_1': ('PENDING', 'PD')}\n"
+        "job, form = args[args.index('-j') + 1], args[args.index('-o') + 1]\n"
+        "if job not in jobs:\n"
+        "    sys.exit('slurm_load_jobs error: Invalid job id specified')\n"
+        "if '-h' not in args:\n"
+        "    print('STATE' if form == '%T' else 'ST')\n"
+        "print(jobs[job][0] if form == '%T' else jobs[job][1])\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert [cluster.queued(job) for job in ("5_0", "5_1", "4_0")] == ["RUNNING", "PENDING", None]
+
+
+def test_an_sbatch_option_without_a_value_reaches_sbatch_as_a_bare_flag(tmp_path, monkeypatch):
+    """--sbatch exclusive (sbatch's --exclusive, --requeue, ...): submitit writes a bare `#SBATCH --exclusive` for
+    True only; any other value is written as --exclusive=VALUE, which sbatch refuses."""
+    import grid
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    made = stand_in_executor(monkeypatch)
+    monkeypatch.setattr(cluster, "queued", lambda job: None)
+    sbatch = ["--sbatch", "exclusive", "--sbatch", "qos=high"]
+    grid.main(["run", "--slurm", "--dir", str(tmp_path), *sbatch, "--seeds", "1", "--", *POINTMASS])
+    given = made["parameters"]["additional_parameters"]
+    script = _make_sbatch_string(command="true", folder=str(tmp_path), additional_parameters=given).splitlines()
+    assert "#SBATCH --exclusive" in script and "#SBATCH --qos=high" in script
+
+
+def test_waiting_also_waits_for_the_runs_an_earlier_submission_queued(tmp_path, monkeypatch, capsys):
+    """`run --slurm --wait` again while an earlier array's task still runs one of the grid's runs: that run was not
+    submitted again (it is queued), and the wait lasts until it has left the queue too, then says its end."""
+    import grid
+
+    (run,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X-v0"])
+    runs_dir = str(tmp_path / "runs")
+    cluster.write_state(runs_dir, run, state="running", job="5_0")
+    looks = iter(["RUNNING", "RUNNING", None])  # what squeue says of job 5_0, look by look
+
+    def queued(job):
+        said = next(looks, None) if job == "5_0" else None
+        if said is None and job == "5_0":  # the task landed its run, then left the queue
+            cluster.write_state(runs_dir, run, state="done", job=job, landed="")
+        return said
+
+    monkeypatch.setattr(cluster, "queued", queued)
+    monkeypatch.setattr(grid, "POLL_S", 0)
+    assert cluster.wait([], [run], runs_dir) == 0
+    assert capsys.readouterr().out == f"done  {run.label}: \n"

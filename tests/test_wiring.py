@@ -716,30 +716,8 @@ def test_minibatches_of_fewer_than_four_samples_are_refused_four_pass():
 def test_the_step_after_a_termination_is_an_autoreset_step_too_within_a_rollout_and_across_its_end():
     """Not only a time limit: with NEXT_STEP autoreset the step after a termination also only resets the env (its
     observation is the ended episode's last), so the mask drops it, and a termination on a rollout's last step makes
-    the next rollout start with one. Env 0 terminates every 3rd step, env 1 is truncated every 2nd."""
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: Counting(0.0, 3, False), lambda: Counting(10.0, 2, True)],
-        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
-    )
-    torch.manual_seed(0)
-    agent = C.Agent(envs)
-    buf = C.Rollout.allocate(envs, 7, torch.device("cpu"))
-    obs, _ = envs.reset(seed=0)
-    state = C.EnvState(torch.as_tensor(obs), torch.zeros(2, dtype=torch.bool))
-    state, _ = C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
-    assert buf.terminations[:, 0].tolist() == [False, False, True, False, False, False, True]
-    assert buf.truncations[:, 1].tolist() == [False, True, False, False, True, False, False]
-    assert buf.real[:, 0].tolist() == [True, True, True, False, True, True, True]  # row 3 resets after the end
-    assert buf.real[:, 1].tolist() == [True, True, False, True, True, False, True]
-    assert state.done.tolist() == [True, False]  # env 0 terminated on the last step
-    C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
-    assert buf.real[0].tolist() == [False, True]  # so its first step in the next rollout is the reset
-    envs.close()
-
-
-def test_a_rollout_returns_each_ended_episode_once_with_its_raw_return_length_and_step():
-    """Only the envs whose episode ended on a step give an episode there, terminated or truncated: env 0 terminates
-    every 3rd step (return 1 + 2 + 3), env 1 is truncated every 2nd (11 + 12), never on the same step."""
+    the next rollout start with one. Env 0 terminates every 3rd step, env 1 is truncated every 2nd. The episodes it
+    returns are those that ended, each once (return 1 + 2 + 3 and 11 + 12), never on the same step."""
     envs = gym.vector.SyncVectorEnv(
         [lambda: Counting(0.0, 3, False), lambda: Counting(10.0, 2, True)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
@@ -750,8 +728,15 @@ def test_a_rollout_returns_each_ended_episode_once_with_its_raw_return_length_an
     buf = C.Rollout.allocate(envs, 7, torch.device("cpu"))
     obs, _ = envs.reset(seed=0)
     state = C.EnvState(torch.as_tensor(obs), torch.zeros(2, dtype=torch.bool))
-    _, episodes = C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    state, episodes = C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
     assert episodes == [(23.0, 2, 1), (6.0, 3, 2), (23.0, 2, 4), (6.0, 3, 6)]  # (return, length, step)
+    assert buf.terminations[:, 0].tolist() == [False, False, True, False, False, False, True]
+    assert buf.truncations[:, 1].tolist() == [False, True, False, False, True, False, False]
+    assert buf.real[:, 0].tolist() == [True, True, True, False, True, True, True]  # row 3 resets after the end
+    assert buf.real[:, 1].tolist() == [True, True, False, True, True, False, True]
+    assert state.done.tolist() == [True, False]  # env 0 terminated on the last step
+    C.collect_rollout(envs, agent, buf, state, torch.device("cpu"))
+    assert buf.real[0].tolist() == [False, True]  # so its first step in the next rollout is the reset
     envs.close()
 
 

@@ -29,7 +29,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import grid
 
@@ -310,10 +309,10 @@ def submit(runs: list["grid.Run"], runs_dir: str, records_dir: str, commit: bool
     return jobs
 
 
-def wait_jobs(jobs: list) -> None:
+def wait_jobs(job_ids: list[str]) -> None:
     """Until every job has left the queue (squeue: submitit's own wait needs Slurm's accounting)."""
-    for job in jobs:
-        while queued(job.job_id):
+    for job_id in job_ids:
+        while queued(job_id):
             time.sleep(grid.POLL_S)
 
 
@@ -321,8 +320,8 @@ def wait(jobs: list, runs: list["grid.Run"], runs_dir: str) -> int:
     """Wait for every job to leave the queue; print each submitted run's end; the number that did not finish
     (failed, or stopped or out of requeues: those resume when submitted again). The runs an earlier submission
     queued (not submitted again) are waited for too."""
-    states = [read_state(runs_dir, r) or {} for r in runs]
-    wait_jobs([*jobs, *(types.SimpleNamespace(job_id=s["job"]) for s in states if s.get("job"))])
+    earlier = [state["job"] for r in runs if (state := read_state(runs_dir, r) or {}).get("job")]
+    wait_jobs([job.job_id for job in jobs] + earlier)
     unfinished = 0
     for r in runs:
         state = read_state(runs_dir, r) or {}

@@ -694,7 +694,7 @@ def submit_workers(args: argparse.Namespace, fixed: list[str], url: str, out_dir
     print(f"submitted {len(jobs)} workers of study {args.study} as job array {array}; storage {url}", flush=True)
     if not args.wait:
         return
-    cluster.wait_jobs(jobs)
+    cluster.wait_jobs([job.job_id for job in jobs])
     failed = 0
     for job in jobs:
         try:

@@ -859,14 +859,13 @@ def test_an_sbatch_option_reaches_the_array_with_its_whole_value(tmp_path, monke
 
 
 def test_waiting_lasts_until_every_job_of_the_array_has_left_the_queue(monkeypatch):
-    import types
 
     import grid
 
     left = {"9_0": ["RUNNING", "RUNNING", None], "9_1": ["PENDING", "RUNNING", None]}  # what squeue says, look by look
     monkeypatch.setattr(grid, "POLL_S", 0)
     monkeypatch.setattr(cluster, "queued", lambda job: left[job].pop(0))
-    cluster.wait_jobs([types.SimpleNamespace(job_id=job) for job in left])
+    cluster.wait_jobs(left)
     assert left == {"9_0": [], "9_1": []}
 
 

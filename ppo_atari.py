@@ -648,6 +648,7 @@ EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never
 RANK = int(os.environ.get("RANK", "0"))  # this process under torchrun; rank 0 alone writes files and logs
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
 GLOO_EXIT_GRACE_S = 0.2  # at exit, seconds with the GIL free for gloo's threads to drop their last tensors
+FAIL_GRACE_S = 10.0  # a failing process other than rank 0 waits: torchrun stops the rest once one has exited
 
 
 # 8. Processes: torchrun's collectives (each one a no-op without a process group) -------------
@@ -1125,6 +1126,7 @@ def why(e: BaseException) -> str:
 def fail(message: str, code: int = 2) -> None:
     """Bad input ends the program with one line on stderr, no traceback."""
     say(f"error: {message}", file=sys.stderr)
+    time.sleep(0 if RANK == 0 else FAIL_GRACE_S)  # under torchrun: rank 0, which prints, exits first
     sys.exit(code)
 
 

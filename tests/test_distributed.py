@@ -146,8 +146,13 @@ def test_the_closing_evaluation_under_torchrun_is_the_one_plain_python_gives_the
     assert json.loads((tmp_path / "eval.json").read_text())["returns"] == evaluation["returns"]
 
 
-def test_bad_input_under_torchrun_is_reported_once_and_writes_nothing(tmp_path):
-    proc = torchrun(2, str(ROOT / "ppo_continuous.py"), "--num-minibatches", "3", cwd=tmp_path)
+@pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
+def test_bad_input_under_torchrun_is_reported_once_and_writes_nothing(tmp_path, script):
+    # rank 0 starts 2 s late: the other rank fails first, and torchrun, seeing it exit, stops every process
+    # left, so the other rank waits for rank 0 (the one that prints) to say why
+    late_rank_0 = f'[ "$RANK" = 0 ] && sleep 2; exec {sys.executable} "$@"'
+    command = ["--no-python", "bash", "-c", late_rank_0, "bash", str(ROOT / script), "--num-minibatches", "3"]
+    proc = torchrun(2, *command, cwd=tmp_path)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "does not divide" in errors[0]

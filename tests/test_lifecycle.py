@@ -768,6 +768,7 @@ def other_shapes(ckpt_path, out) -> None:
         ("unknown_args", "does not know"),
         ("not_a_dict", "not written by ppo_continuous.py"),
         ("other_agent", "does not fit this agent"),
+        ("missing_weight", "does not fit this agent"),
     ],
 )
 @pytest.mark.parametrize("mode", ["--resume", "--eval-checkpoint"])
@@ -791,13 +792,15 @@ def test_bad_checkpoints_are_refused_with_one_line_exit_2_and_nothing_written(tm
         torch.save(ckpt, bad)
     elif kind == "not_a_dict":
         torch.save(torch.zeros(3), bad)
-    elif kind in ("unknown_args", "other_agent"):  # a newer version's flag; weights of another network
+    elif kind in ("unknown_args", "other_agent", "missing_weight"):  # a newer version's flag; another network's
         ckpt = torch.load(good, weights_only=True)
         ckpt["progress"] |= {"iteration": 0, "global_step": 0}
         if kind == "unknown_args":
             ckpt["args"]["no_such_flag"] = 1
-        else:
+        elif kind == "other_agent":
             ckpt["agent"][next(iter(ckpt["agent"]))] = torch.zeros(1)
+        else:  # a network without one of this agent's layers: that layer would go on from its init, unnoticed
+            del ckpt["agent"][next(reversed(ckpt["agent"]))]
         torch.save(ckpt, bad)
     before = files(tmp_path)
     proc = run_script(tmp_path, script, mode, str(bad))
@@ -985,7 +988,7 @@ def test_normalization_counts_survive_a_checkpoint_exactly_beyond_float32(tmp_pa
 
 
 @pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
-def test_a_second_signal_quits_at_once_under_python_and_is_one_stop_under_torchrun(module, monkeypatch):
+def test_a_second_signal_quits_at_once_under_python_and_is_one_stop_under_torchrun(module, monkeypatch, capsys):
     monkeypatch.setattr(signal, "signal", lambda *_: None)  # handlers called by hand, not installed
     exits = []
     monkeypatch.setattr(os, "_exit", exits.append)
@@ -994,10 +997,13 @@ def test_a_second_signal_quits_at_once_under_python_and_is_one_stop_under_torchr
     under_torchrun.handle(signal.SIGINT, None)
     under_torchrun.handle(signal.SIGTERM, None)
     assert under_torchrun.signum == signal.SIGINT and exits == []
+    # the stop is said once, and promises no quit that a second Ctrl-C would not bring under torchrun
+    assert capsys.readouterr().err == "\nSIGINT: stopping after this iteration\n"
     monkeypatch.delenv("WORLD_SIZE")
     under_python = module.Interrupts()
     under_python.handle(signal.SIGTERM, None)
     assert exits == []
+    assert capsys.readouterr().err == "\nSIGTERM: stopping after this iteration (again to quit now)\n"
     under_python.handle(signal.SIGINT, None)
     assert under_python.signum == signal.SIGTERM and exits == [128 + signal.SIGINT]
 

@@ -705,6 +705,17 @@ def test_under_torchrun_each_process_s_batch_must_split_into_the_minibatches(mon
     assert C.check_args(C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=5, num_minibatches=2)) is None
 
 
+def test_under_torchrun_the_budget_must_hold_one_global_batch(monkeypatch):
+    """--total-timesteps counts every process's steps: a budget of one process's batch but not of the global one
+    would run no iteration, and evaluate and summarize an untrained agent at step 0."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for module, env_id in ((C, "Pendulum-v1"), (A, "BreakoutNoFrameskip-v4")):
+        args = {"env_id": env_id, "num_envs": 2, "num_steps": 64, "num_minibatches": 2}
+        error = module.check_args(module.Args(**args, total_timesteps=200))  # 128 steps per process, 256 in all
+        assert error is not None and "--total-timesteps 200 is less than one batch of 256" in error
+        assert module.check_args(module.Args(**args, total_timesteps=256)) is None
+
+
 def test_minibatches_of_fewer_than_four_samples_are_refused_four_pass():
     """An advantage std needs 2 samples, and dropping a minibatch's autoreset steps can halve it: 4 at least."""
     for module, env_id in ((C, "Pendulum-v1"), (A, "BreakoutNoFrameskip-v4")):

@@ -597,7 +597,6 @@ def main(args: Args) -> dict:
         return progress
     device = seed_everything(args)
     envs = make_envs(args, os.path.basename(run_dir))
-    envs.action_space.seed(args.seed + progress["iteration"])
     agent = Agent(envs).to(device)
     if args.bf16:
         autocast_bf16(agent, device)
@@ -948,6 +947,8 @@ def evaluate_checkpoint(args: Args) -> dict:
     run_dir = os.path.dirname(args.eval_checkpoint) or "."
     envs = make_eval_envs(run_args, os.path.basename(os.path.abspath(run_dir)), ckpt["normalization"])
     agent = Agent(envs).to(device)
+    if run_args.bf16:  # the policy the run trained and evaluated: its networks under bf16 autocast
+        autocast_bf16(agent, device)
     restore_agent(ckpt, envs, agent, None, frozen=True)
     result = run_evaluation(envs, agent, run_args, os.path.join(run_dir, "eval.json"), device)
     envs.close()

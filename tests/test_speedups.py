@@ -2,6 +2,7 @@
 runs the networks in bf16 and nothing after them (the first minibatch of an update sees a ratio of 1 up to rounding);
 a device without bf16 in hardware is refused with one line. The defaults' numbers are same_numbers.py's to hold."""
 
+import json
 import subprocess
 import sys
 
@@ -114,6 +115,22 @@ def test_under_bf16_the_first_minibatch_of_an_update_sees_a_ratio_of_one_and_wei
     assert all(p.dtype == torch.float32 for p in agent.parameters())
     adam = [t for s in optimizer.state.values() for t in s.values() if t.is_floating_point() and t.dim() > 0]
     assert adam and all(t.dtype == torch.float32 for t in adam)
+
+
+@pytest.mark.parametrize("module", [C, A])
+def test_a_bf16_run_s_checkpoint_is_evaluated_in_bf16_as_its_closing_evaluation_was(tmp_path, monkeypatch, module):
+    """--eval-checkpoint of a --bf16 run evaluates the policy the run trained and evaluated: its networks under bf16
+    autocast (in fp32 a greedy action could differ from the one its eval.json was measured with)."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)  # emulated where the CPU has none
+    run(tmp_path / "run", monkeypatch, module, bf16=True, eval_episodes=1)
+    run_dir = only_run(tmp_path / "run")
+    closing = json.loads((run_dir / "eval.json").read_text())
+    evaluated = spy(monkeypatch, module, "evaluate")
+    again = module.main(module.Args(eval_checkpoint=str(run_dir / "checkpoint.pt"), eval_episodes=1))
+    agent, obs = evaluated[0][0][1], 255 * torch.rand((1, *evaluated[0][0][0].single_observation_space.shape))
+    out = agent.critic(obs) if module is C else agent.features(obs)
+    assert out.dtype == torch.float32 and torch.equal(out, out.bfloat16().float())  # computed in bf16
+    assert again["returns"] == closing["returns"]
 
 
 # the script run with the CPU's bf16 instructions reported missing: only the two queries are replaced

@@ -7,7 +7,9 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import grid
 import numpy as np
 import pytest
 import quoted
@@ -140,6 +142,54 @@ def test_the_pages_are_checked_against_the_records_never_a_run_folder_of_this_ma
     assert "| Swimmer-v4 | 3 | 104 +- 33 |" not in printed.stdout  # printing reads the folder here
     assert "mujoco/default/Swimmer/1/last_100 = 129.6" in check("--names", *args).stdout
     assert check("--write", *args).returncode == 0 and check("--check", *args[2:]).returncode == 0
+
+
+def test_check_and_write_keep_every_page_with_every_block_in_step_with_synthetic_records(tmp_path, monkeypatch, capsys):
+    """On small synthetic records and pages, not the committed ones: --check exits 1 naming each page that differs (the
+    README and every page of docs/), each of a page's blocks on its own; --write mends them all, and then --check
+    exits 0, reading the records, never a run folder of this machine."""
+    records, root = tmp_path / "records", tmp_path / "root"
+    records.mkdir()
+    (root / "docs").mkdir(parents=True)
+    (records / "random.json").write_text(json.dumps({"HalfCheetah-v4": -100.0}))
+    for seed in (1, 2, 3):
+        run = grid.Run("mujoco", "default", "HalfCheetah-v4", seed, None, ())
+        record = {"grid": "mujoco", "variant": "default", "env_id": run.env_id, "seed": seed, "steps": 1000}
+        record |= {"last_10": 0.0, "last_100": 1000.0 + seed, "eval": None, "curve": None}
+        Path(grid.record_path(run, str(records))).write_text(json.dumps(record))
+    two_blocks = "<!-- tables.py: mujoco -->\n| old |\n<!-- /tables.py -->\nBetween the tables: HalfCheetah 5 over its"
+    two_blocks += " seeds.\n<!-- tables.py: atari-10m-summary -->\nold\n<!-- /tables.py -->\nThe end.\n"
+    (root / "README.md").write_text(two_blocks)
+    (root / "docs" / "results.md").write_text("Results.\n<!-- tables.py: mujoco -->\n<!-- /tables.py -->\n")
+    (root / "docs" / "other.md").write_text("No table here.\n")
+    monkeypatch.setattr(
+        tables, "QUOTED_IN", {"README.md": ["HalfCheetah {mujoco/default/HalfCheetah/mean/last_100:.0f} over"]}
+    )
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+    here = tmp_path / "here"  # a finished run folder of this machine, its figures not the record's
+    finished_run_folder(here / "runs", "HalfCheetah-v4", "mujoco-default", 1, [9000.0] * 120)
+
+    def tables_main(*flags: str) -> tuple[int, str]:
+        paths = ["--records", str(records), "--root", str(root), "--dir", str(here)]
+        monkeypatch.setattr(sys, "argv", ["tables.py", *flags, *paths])
+        with pytest.raises(SystemExit) as exit_:
+            tables.main()
+        return exit_.value.code, capsys.readouterr().err
+
+    code, err = tables_main("--check")
+    assert code == 1 and err.splitlines() == [
+        f"differs from the records: {p}" for p in ("README.md", "docs/results.md")
+    ]
+    assert (root / "README.md").read_text() == two_blocks  # --check writes nothing
+    assert tables_main("--write")[0] == 0
+    readme = (root / "README.md").read_text()
+    row = f"| HalfCheetah-v4 | 3 | 1002 +- 1 | - | {tables.CLEANRL_MUJOCO['HalfCheetah-v4']} |"
+    assert row in readme and row in (root / "docs" / "results.md").read_text()
+    assert "\n<!-- /tables.py -->\nBetween the tables: HalfCheetah 1002 over its seeds.\n" in readme  # both blocks kept
+    summary = "<!-- tables.py: atari-10m-summary -->\nNo run has reached 10M steps yet.\n<!-- /tables.py -->\n"
+    assert f"{summary}The end.\n" in readme  # the second block rewritten on its own, the text after it kept
+    assert (root / "docs" / "other.md").read_text() == "No table here.\n"
+    assert tables_main("--check") == (0, "")
 
 
 # How the project was made is not what a reader can use: phrases that describe its makers' working arrangements (a

@@ -943,6 +943,21 @@ def test_atari_at_10m_with_two_and_three_seeds_on_every_game_give_the_iqm_of_eve
     assert [rows[e][0] for e in E] == [str(n)] * 3
 
 
+def test_atari_at_10m_counts_a_games_seeds_as_its_runs_and_spreads_the_games_by_their_mean_score(tmp_path, monkeypatch):
+    """The README's line counts a game's runs, never its highest seed (seed 3 alone is one seed a game, not three);
+    and the spread line beside the IQM gives each game's mean over its seeds, not their median."""
+    monkeypatch.setattr(tables, "BOOTSTRAP_REPS", 100)
+    runs = [atari_10m_record(E[0], 3), atari_10m_record(E[1], 2), atari_10m_record(E[1], 3)]  # seeds 1-2 to come
+    rows, _, summary = build_atari_10m(tmp_path, runs)
+    assert rows[E[0]][0] == "1" and rows[E[1]][0] == "2"
+    assert summary.startswith("At 10M steps, 1 to 2 seeds a game (3 runs), the last 100 games:")
+    low, high = tables.RANDOM_ATARI[E[0]], tables.HUMAN_ATARI[E[0]]
+    skewed = atari_10m_record(E[0], 3, last_100=low + (high - low) * 16.0)  # Breakout 10, 12, 16: mean 12.67
+    runs = [atari_10m_record(e, s) for e in E for s in (1, 2, 3) if (e, s) != (E[0], 3)] + [skewed]
+    _, table, _ = build_atari_10m(tmp_path, runs)
+    assert "the games' mean scores run from 0.40 (BeamRider) to 12.67 (Breakout)" in table  # the median: 12.00
+
+
 # --- Table 1's pairs, the studies' scores, the per-seed table and the figures quoted.py names (ninth audit) ---
 
 

@@ -399,6 +399,8 @@ def score_matrix(runs: dict[str, list[dict]], random: dict[str, float], referenc
     """{env: runs} -> (seeds, envs) normalized last-100 scores, 0 random and 1 reference, of the seeds that ran on
     every env (rliable's layout: runs by tasks)."""
     envs = [e for e in runs if e in reference]
+    if flipped := [e for e in envs if reference[e] <= random[e]]:  # 1 at or below 0: every score would flip sign
+        sys.exit(f"error: the reference on {flipped[0]} is no better than the random policy: scores would flip sign")
     seeds = sorted(set.intersection(*({r["seed"] for r in runs[e]} for e in envs))) if envs else []
     by_seed = {e: {r["seed"]: r["last_100"] for r in runs[e]} for e in envs}
     score = lambda e, seed: (by_seed[e][seed] - random[e]) / (reference[e] - random[e])  # noqa: E731

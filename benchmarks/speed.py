@@ -312,7 +312,9 @@ def phase_and_ceiling_lines(
         except Exception as e:
             yield f"{label}: ceiling skipped: {type(e).__name__}: {e}"
     m = modules[THIS]
-    bare = bare_ceiling(parse_script_args(m, flags).env_id, getattr(m, "ENV_KWARGS", {}), steps)
+    script_args = parse_script_args(m, flags)  # the script's gym.make kwargs, the user's --env-kwargs over its own
+    env_kwargs = getattr(m, "ENV_KWARGS", {}) | json.loads(getattr(script_args, "env_kwargs", "{}"))
+    bare = bare_ceiling(script_args.env_id, env_kwargs, steps)
     yield f"ceiling, random actions: {bare:.0f} SPS bare env (no wrappers, no vector env)"
 
 

@@ -45,6 +45,8 @@ def test_usable_cores_are_omp_num_threads_when_set_else_the_affinity(monkeypatch
     assert cores.usable_cores() == 5
     monkeypatch.setenv("OMP_NUM_THREADS", "0")  # not a thread count: the affinity
     assert cores.usable_cores() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "four")  # nor is a word: no ValueError
+    assert cores.usable_cores() == 3
     assert grid.usable_cores is speed.usable_cores is cores.usable_cores  # one helper, imported by both
 
 
@@ -699,7 +701,7 @@ def test_tables_write_and_check_refuse_a_root_without_the_pages_in_one_line(tmp_
     assert (tmp_path / "README.md").read_text() == "no docs/ beside it\n"
 
 
-def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, monkeypatch):
+def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, monkeypatch, capsys):
     import matplotlib.pyplot as plt
 
     runs = tmp_path / "runs"
@@ -732,6 +734,7 @@ def test_plot_curves_draws_the_mean_and_min_to_max_of_running_means(tmp_path, mo
         assert band.min() == pytest.approx(4.5) and band.max() == pytest.approx(final.max())  # min to max, not +- std
     assert hopper.lines[0].get_color() == walker.lines[0].get_color() == "C0" != walker.lines[1].get_color()  # by group
     assert walker.lines[1].get_label() == "b: one run" and len(hopper.lines) == 1
+    assert "Hopper-v4 a: final mean 73.5 (min 24.5, max 147.0)" in capsys.readouterr().out  # the last grid point's
     plt.close("all")
 
 
@@ -1028,6 +1031,11 @@ def test_speed_sps_lines_have_one_ratio_per_other_checkout():
         "B, 1 process(es): median 1 SPS (min-max 1-1, 1 run)",
         "ratio A / B, 1 process(es): 3.000 (above 1: A is faster)",
     ]
+    sps = {("A", 1): [2.0], ("B", 1): [1.0], ("A", 2): [3.0], ("B", 2): [4.0]}
+    assert speed.sps_lines(sps, ["A", "B"], [1, 2])[-2:] == [  # each checkout's speed-up, not the first's alone
+        "A: speed-up 1.50x on 2 processes, scaling efficiency 75%",
+        "B: speed-up 4.00x on 2 processes, scaling efficiency 200%",
+    ]
 
 
 def test_speed_a_flag_variant_gets_a_breakdown_but_no_ceiling_of_its_own(monkeypatch):
@@ -1108,7 +1116,9 @@ def fake_script_run(seen: dict, code: int = 0):
         if code == 0:
             with SummaryWriter(os.path.join(cwd, "runs", "r")) as writer:
                 writer.add_scalar("charts/SPS", 123.0, 1)
+                writer.add_scalar("charts/episodic_return", 9.0, 1)
                 writer.add_scalar("losses/x", 0.5, 1)
+                writer.add_scalar("losses/x", 0.25, 2)
         return subprocess.CompletedProcess(command, code, "", "the script's traceback")
 
     return run
@@ -1125,7 +1135,8 @@ def test_same_numbers_compares_every_scalar_but_the_speed(tmp_path, monkeypatch)
 
     seen = {}
     monkeypatch.setattr(same_numbers.subprocess, "run", fake_script_run(seen))
-    assert same_numbers.run_scalars(checkout(tmp_path), ["python", "ppo_a.py"]) == {"losses/x": [(1, 0.5)]}
+    scalars = same_numbers.run_scalars(checkout(tmp_path), ["python", "ppo_a.py"])
+    assert scalars == {"charts/episodic_return": [(1, 9.0)], "losses/x": [(1, 0.5), (2, 0.25)]}  # every step
     assert seen["files"] == ["ppo_a.py"]
 
 
@@ -1167,7 +1178,7 @@ def test_same_numbers_exits_1_when_any_case_differs_not_only_the_last(monkeypatc
 
     def run_scalars(checkout, command):
         differs = checkout != same_numbers.ROOT and command is same_numbers.CASES["continuous"]
-        return {"losses/x": [(1, 2.0 if differs else 1.0)]}
+        return {"losses/x": [(1, 2.0 if differs else 1.0)], "losses/y": [(1, 0.0), (2, 0.0)]}
 
     monkeypatch.setattr(same_numbers, "run_scalars", run_scalars)
     monkeypatch.setattr(sys, "argv", ["same_numbers.py", "--against", "HEAD", "--cases", "continuous", "gridworld"])
@@ -1176,7 +1187,7 @@ def test_same_numbers_exits_1_when_any_case_differs_not_only_the_last(monkeypatc
     out = capsys.readouterr().out.splitlines()
     assert stop.value.code == 1 and len(out) == 2
     assert out[0].startswith("continuous ") and "losses/x at step 1: 1.0 against 2.0" in out[0]
-    assert out[1].startswith("gridworld ") and out[1].endswith("same: 1 values")
+    assert out[1].startswith("gridworld ") and out[1].endswith("same: 3 values")  # values, not tags
 
 
 def test_same_numbers_removes_its_worktree_even_when_a_case_fails(monkeypatch):
@@ -1201,3 +1212,117 @@ def test_same_numbers_names_tags_that_differ_even_when_as_many():
     import same_numbers
 
     assert same_numbers.first_difference({"a": [(1, 1.0)]}, {"b": [(1, 1.0)]}) == "tags differ: ['a', 'b']"
+
+
+# --- ninth audit: speed.py's phases, ceilings and machine line, same_numbers.py's scalars, cores.py ------------
+
+
+def test_speed_gae_is_the_bootstrap_value_and_compute_gae_and_inference_the_rollouts_policy_calls(monkeypatch):
+    """Only the rollout's policy calls (one tick each), the bootstrap value V(s_T) (2 ticks) and compute_gae (3 ticks)
+    take time: the bootstrap is GAE's, not storage's; the update has none of them; each policy call counts once."""
+    import functools
+
+    clock, real_gae, real_value = [0.0], C.compute_gae, C.Agent.get_value
+    real_policy = C.Agent.get_action_and_value
+
+    @functools.wraps(real_gae)  # speed.py passes arguments by the names in the signature
+    def compute_gae(*args, **kwargs):
+        clock[0] += 3.0
+        return real_gae(*args, **kwargs)
+
+    def get_value(self, obs):
+        if sys._getframe(1).f_code.co_name == "phase_times":  # the bootstrap, not a policy call's value
+            clock[0] += 2.0
+        return real_value(self, obs)
+
+    def get_action_and_value(self, *args, **kwargs):
+        clock[0] += 1.0 if speed.torch.is_inference_mode_enabled() else 0.0  # the rollout's calls, not the update's
+        return real_policy(self, *args, **kwargs)
+
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(C, "compute_gae", compute_gae)
+    monkeypatch.setattr(C.Agent, "get_value", get_value)
+    monkeypatch.setattr(C.Agent, "get_action_and_value", get_action_and_value)
+    args = C.Args(env_id="Pendulum-v1", num_steps=16, num_minibatches=2, update_epochs=1)
+    phases = speed.phase_times(C, args, iterations=2)
+    assert phases == {"env": 0.0, "inference": 16.0, "storage": 0.0, "GAE": 5.0, "update": 0.0}
+
+
+def test_speed_bare_ceiling_times_the_steps_of_the_env_the_script_makes_not_the_sampling(monkeypatch):
+    """The bare env gets the script's ENV_KWARGS; an episode's end resets it; only stepping (and resetting) is timed."""
+    clock, made, resets, stepped = [0.0], {}, [], []
+
+    class Env:
+        action_space = types.SimpleNamespace(seed=lambda s: None, sample=lambda: clock.__setitem__(0, clock[0] + 100))
+
+        def reset(self, seed=None):
+            resets.append(seed)
+
+        def step(self, action):
+            clock[0] += 0.5
+            stepped.append(action)
+            return None, 0.0, len(stepped) % 3 == 0, False, {}  # every 3rd step ends an episode
+
+        def close(self):
+            pass
+
+    def make(env_id, **kwargs):
+        made.update(env_id=env_id, kwargs=kwargs)
+        return Env()
+
+    monkeypatch.setattr(speed.gym, "make", make)
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    assert speed.bare_ceiling("ALE/Pong-v5", {"frameskip": 1}, 12) == 2.0  # 12 steps in 6 s
+    assert made == {"env_id": "ALE/Pong-v5", "kwargs": {"frameskip": 1}} and resets == [0, None, None, None, None]
+
+
+def test_speed_machine_names_the_cpu_the_usable_cores_of_the_machines_and_torch(monkeypatch):
+    monkeypatch.setattr(speed, "cpu_model", lambda: "Some CPU @ 2.00GHz")
+    monkeypatch.setattr(speed, "usable_cores", lambda: 3)
+    monkeypatch.setattr(speed.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(speed.torch.cuda, "is_available", lambda: False)
+    assert speed.machine() == f"machine: Some CPU @ 2.00GHz, 3 usable cores of 64, torch {speed.torch.__version__}"
+
+
+def test_speed_breakdown_times_at_most_five_iterations_and_the_ceilings_as_many_steps_as_a_run(monkeypatch, capsys):
+    """main hands --iterations and a whole run's steps (iterations x num_envs x num_steps) to the breakdown and the
+    ceilings; the breakdown times min(iterations, BREAKDOWN_ITERATIONS) of them."""
+    given, real_lines = {}, speed.phase_and_ceiling_lines
+
+    def lines(scripts, modules, flags, iterations, steps, extra):
+        given.update(flags=flags, iterations=iterations, steps=steps)
+        return iter(())
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(speed, "run_sps", fake_sps([]))
+    monkeypatch.setattr(speed, "phase_and_ceiling_lines", lambda *args: lines(*args))
+    speed.main(["--runs", "1", "--iterations", "3", "--", "--num-steps", "64", "--num-envs", "2"])
+    assert given == {"flags": ["--num-steps", "64", "--num-envs", "2"], "iterations": 3, "steps": 3 * 2 * 64}
+    timed = []
+    monkeypatch.setattr(speed, "breakdown", lambda m, args, iterations: timed.append(iterations) or "")
+    monkeypatch.setattr(speed, "wrapped_ceiling", lambda m, args, steps: 10.0)
+    monkeypatch.setattr(speed, "bare_ceiling", lambda env_id, kwargs, steps: 20.0)
+    for iterations in (20, 2):
+        list(real_lines({speed.THIS: "x.py"}, {speed.THIS: C}, [], iterations, 100))
+    assert timed == [speed.BREAKDOWN_ITERATIONS, 2]
+
+
+def test_cpu_model_is_the_model_name_line_not_the_model_number(monkeypatch):
+    import io
+
+    cpuinfo = (
+        "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: Xeon(R) @ 2.00GHz\n"
+    )
+    monkeypatch.setattr(cores, "open", lambda path: io.StringIO(cpuinfo), raising=False)
+    assert cores.cpu_model() == "Xeon(R) @ 2.00GHz"
+
+
+def test_speed_bare_ceiling_makes_the_env_with_the_scripts_kwargs_and_the_users_env_kwargs(monkeypatch):
+    made = []
+    monkeypatch.setattr(speed, "breakdown", lambda m, args, iterations: "")
+    monkeypatch.setattr(speed, "wrapped_ceiling", lambda m, args, steps: 10.0)
+    monkeypatch.setattr(speed, "bare_ceiling", lambda env_id, kwargs, steps: made.append((env_id, kwargs)) or 20.0)
+    module = types.SimpleNamespace(Args=C.Args, ENV_KWARGS={"frameskip": 1})
+    flags = ["--env-id", "Pendulum-v1", "--env-kwargs", '{"g": 9.0}']
+    list(speed.phase_and_ceiling_lines({speed.THIS: "x.py"}, {speed.THIS: module}, flags, 1, 100))
+    assert made == [("Pendulum-v1", {"frameskip": 1, "g": 9.0})]  # as make_env makes each of the run's envs

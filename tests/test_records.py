@@ -501,22 +501,27 @@ def test_the_reward_scaling_line_gives_the_probability_that_baselines_semantics_
 
 
 def test_plot_curves_draws_records_without_a_curve_as_their_mean_with_a_bar_from_lowest_to_highest(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     import matplotlib.pyplot as plt
     import plot_curves
 
-    for seed, last_100 in ((1, 7.0), (2, 8.0), (3, 12.0)):  # made before records kept curves
-        record = {"steps": 1000, "last_100": last_100}
+    for seed, steps, last_100 in ((1, 1000, 7.0), (2, 2000, 8.0), (3, 3000, 12.0)):  # made before records kept curves
+        record = {"steps": steps, "last_100": last_100}
         (tmp_path / f"Hopper-v4__a__{seed}.json").write_text(json.dumps(record))
+    (tmp_path / "Walker2d-v4__a__1.json").write_text(json.dumps({"steps": 1000, "last_100": 500.0}))  # another env
     monkeypatch.setattr(plt.Figure, "savefig", lambda *args, **kwargs: None)
     monkeypatch.setattr(sys, "argv", ["plot_curves.py", "--group", f"a={tmp_path}/*.json"])
     plot_curves.main()
-    (ax,) = plt.gcf().axes
-    (bar,) = ax.containers  # the errorbar
-    assert bar.lines[0].get_ydata()[0] == 9.0  # the mean of the three
+    hopper, walker = plt.gcf().axes
+    (bar,) = hopper.containers  # the errorbar
+    assert bar.lines[0].get_ydata()[0] == 9.0  # the mean of the three (their median is 8)
+    assert bar.lines[0].get_xdata()[0] == 2000.0  # at the mean of their last steps
     segment = bar.lines[2][0].get_segments()[0]
     assert segment[:, 1].min() == 7.0 and segment[:, 1].max() == 12.0  # lowest to highest, not +- a std
+    (other,) = walker.containers  # Walker2d's record alone, in its own panel
+    assert other.lines[0].get_ydata()[0] == 500.0 and walker.get_title() == "Walker2d-v4"
+    assert "Hopper-v4 a: last 100 episodes, mean 9.0 of 3 runs" in capsys.readouterr().out
     plt.close("all")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grid
 import pytest
-from conftest import FAKE_SCRIPT, HANG_TIMEOUT, ROOT
+from conftest import FAKE_SCRIPT, HANG_TIMEOUT, ROOT, finished_run_folder
 
 
 def finished_run(runs_dir: Path, env_id: str, exp_name: str, seed: int, summary: dict | None = None) -> Path:
@@ -43,7 +43,8 @@ os.makedirs(folder)
 open(os.path.join(folder, "checkpoint.pt"), "w").close()
 open(os.path.join(folder, "summary.json"), "w").write("{}")
 if "-crash__" in folder:
-    sys.exit(3)
+    sys.stderr.write("Traceback: crashed\\n")
+    sys.exit(int(os.environ.get("CRASH_EXIT", "3")))
 """
 
 
@@ -84,12 +85,19 @@ def test_each_of_k_runs_gets_the_cores_floor_divided_by_k_never_more_threads_tha
     assert (fake_repo / "threads.txt").read_text().split() == [str(threads)] * 2
 
 
-def test_a_run_that_exits_non_zero_is_failed_and_unrecorded_even_with_a_summary(fake_repo, tmp_path, capsys):
+@pytest.mark.parametrize("code", [3, 128 + signal.SIGTERM], ids=["exit-3", "SIGTERM-without-a-stop"])
+def test_a_run_that_exits_non_zero_is_failed_and_unrecorded_even_with_a_summary(
+    fake_repo, tmp_path, monkeypatch, capsys, code
+):
+    """Exit 143 while the grid was not stopped: a run killed on its own, not one saved with the grid. Its traceback
+    (stderr) is in its log, not lost on the grid's console."""
+    monkeypatch.setenv("CRASH_EXIT", str(code))
     records = tmp_path / "records"
     crashed = grid.Run("table1", "crash", "Hopper-v4", 1, 2048, ())
     assert grid.run([crashed], str(tmp_path / "evidence" / "runs"), parallel=1, records_dir=str(records)) == 1
-    assert "FAILED Hopper-v4 table1-crash seed 1 (exit 3)" in capsys.readouterr().out
+    assert f"FAILED Hopper-v4 table1-crash seed 1 (exit {code})" in capsys.readouterr().out
     assert not records.exists() or not list(records.iterdir())
+    assert "Traceback: crashed" in (tmp_path / "evidence" / "logs" / f"{crashed.label}.log").read_text()
 
 
 @pytest.mark.parametrize("flag", [["--resume", "runs/x/checkpoint.pt"], ["--resume=runs/x/checkpoint.pt"]])
@@ -112,11 +120,13 @@ def test_a_flag_given_twice_is_read_as_the_script_reads_it_the_last_one():
 
 
 def test_an_ad_hoc_grids_report_gives_the_median_sps_of_its_seeds(tmp_path, capsys):
-    runs = grid.seed_runs("ppo_continuous.py", [1, 2, 3], ["--env-id", "Hopper-v4"], "m")
+    runs = grid.seed_runs("ppo_continuous.py", [1, 2, 3, 4], ["--env-id", "Hopper-v4"], "m")
     for seed, sps in ((1, 100.0), (2, 100.0), (3, 400.0)):
         finished_run(tmp_path, "Hopper-v4", "seeds-m", seed, {"sps": sps})
     grid.report_seeds(runs, str(tmp_path))
-    assert "; median SPS 100" in capsys.readouterr().out  # not the mean, 200
+    out = capsys.readouterr().out
+    assert "; median SPS 100" in out and "over 3 seeds" in out  # not the mean, 200
+    assert "seed 4: missing\n" in out  # a seed not done is named, not left out
 
 
 def test_a_records_commit_says_changes_when_grid_py_differs_from_it(tmp_path, monkeypatch):
@@ -127,6 +137,8 @@ def test_a_records_commit_says_changes_when_grid_py_differs_from_it(tmp_path, mo
     with open(clone / "benchmarks" / "grid.py", "a") as f:
         f.write("\n# a change\n")
     assert grid.code_version("ppo_continuous.py") == head.stdout.strip() + "+changes"
+    subprocess.run(["git", "-C", str(clone), "add", "benchmarks/grid.py"], check=True, timeout=HANG_TIMEOUT)
+    assert grid.code_version("ppo_continuous.py") == head.stdout.strip() + "+changes"  # staged: still not HEAD's
 
 
 def test_a_records_commit_is_that_of_its_own_script(tmp_path, monkeypatch):
@@ -324,6 +336,11 @@ def test_an_ad_hoc_run_gets_its_flags_untouched_and_no_no_cuda_which_only_the_na
     ]
     named = grid.Run("table1", "a", "Hopper-v4", 2, 2048, ())
     assert named.command(str(tmp_path))[-1] == "--no-cuda"
+    (same_name,) = grid.seed_runs("ppo_continuous.py", [2], ["--env-id", "Hopper-v4"], "init-std-1.0")  # no patch:
+    assert same_name.patch is None and same_name.command(str(tmp_path))[1:3] == [  # the details grid's alone
+        str(Path(grid.ROOT) / "ppo_continuous.py"),
+        "--env-id",
+    ]
 
 
 def test_a_finished_run_is_not_started_again(tmp_path, monkeypatch, capsys):
@@ -393,3 +410,55 @@ def test_a_grid_gives_back_the_signal_handlers_it_found(fake_repo, tmp_path):
     runs = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X"], "handlers")
     assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=1) == 0
     assert {sig: signal.getsignal(sig) for sig in grid.STOP_SIGNALS} == before  # Ctrl-C stops the caller again
+
+
+def test_a_record_holds_the_runs_summary_its_budget_and_its_patch_and_reads_back_as_its_variants(tmp_path):
+    """Steps reached, SPS, wall time and episodes are summary.json's, the budget the one asked for; a variant that is
+    no flag records its patch, so that its own record is read back, not refused; the source names the folder alone."""
+    run = next(r for r in grid.grid_runs("details") if r.variant == "init-std-1.0")
+    summary = {"global_step": 299_008, "sps": 1234.5, "wall_time_s": 250.0, "episodes": 321}
+    folder = finished_run(tmp_path / "runs", run.env_id, run.exp_name, run.seed, summary)
+    grid.write_record(run, str(folder), str(tmp_path / "records"))
+    record = grid.read_record(run, str(tmp_path / "records"))
+    assert record["patch"] == grid.VARIANT_PATCHES["init-std-1.0"] == run.patch
+    assert [record[k] for k in ("steps", "budget", "sps", "wall_time_s", "episodes")] == [
+        299_008,
+        300_000,
+        1234.5,
+        250.0,
+        321,
+    ]
+    assert record["source"] == f"run folder {folder.name}"  # no path of the machine that made it
+
+
+def test_a_records_scores_and_curve_are_of_every_episode_of_a_run_with_more_than_ten_thousand(tmp_path):
+    """Reacher ends 1M steps with about 19,600 episodes; TensorBoard keeps a random 10,000 of a tag's scalars unless
+    told to keep all, and the last 100 of those are not the run's last 100."""
+    run, returns = grid.grid_runs("mujoco")[0], [float(k) for k in range(10_500)]
+    folder = finished_run_folder(
+        tmp_path, run.env_id, run.exp_name, run.seed, returns
+    )  # episode k at step 1000 (k + 1)
+    record = grid.make_record(run, str(folder))
+    assert record["last_100"] == sum(returns[-100:]) / 100 and record["mean_all"] == sum(returns) / len(returns)
+    assert record["curve"][-1] == [1000 * (10_500 - 52), 10_500 - 53.0]  # the mean of its last 105 episodes
+
+
+def test_an_ad_hoc_grid_on_the_scripts_default_env_finds_its_runs_under_that_envs_name(fake_repo, tmp_path, capsys):
+    """Without --env-id the script names its folder after its own default env: the grid finds it there, done."""
+    script = LOGGING_SCRIPT.replace("argv = sys.argv[1:]", 'argv = ["--env-id", "Hopper-v4", *sys.argv[1:]]')
+    (fake_repo / "ppo_continuous.py").write_text(script)
+    runs_dir, runs = str(tmp_path / "there" / "runs"), grid.seed_runs("ppo_continuous.py", [1], [], "default")
+    assert grid.run(runs, runs_dir, parallel=1) == 0 and "FAILED" not in capsys.readouterr().out
+    assert runs[0].state(runs_dir) == (
+        "done",
+        str(tmp_path / "there" / "runs" / "Hopper-v4__seeds-default__1__1700000000"),
+    )
+    assert grid.run(runs, runs_dir, parallel=1) == 0 and "1 of 1 done; 0 to go" in capsys.readouterr().out
+
+
+def test_parallel_below_one_is_refused_in_one_line_before_anything_is_made(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(grid, "run", lambda *a, **k: sys.exit("error: started runs it should have refused"))
+    with pytest.raises(SystemExit) as refused:
+        grid.main(["--seeds", "1", "--parallel", "0", "--dir", str(tmp_path), "--", "--env-id", "X"])
+    assert refused.value.code == 2 and "--parallel must be positive" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

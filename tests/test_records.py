@@ -449,6 +449,8 @@ def test_record_writes_only_the_missing_records_of_finished_runs_and_status_coun
     status = tool("grid.py", "status", "table1", "--dir", str(tmp_path), "--records", str(records)).stdout
     hopper = [line.split()[0] for line in status.splitlines() if " clip-0.2 " in line and "Hopper-v4" in line]
     assert hopper == ["done", "done", "recorded"]  # the cut run is not run again: it counts as recorded
+    recorded = next(line for line in status.splitlines() if line.startswith("recorded"))
+    assert recorded.endswith(str(records / "Hopper-v4__table1-clip-0.2__3.json"))  # where its figures are
     (ad_hoc,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "Hopper-v4"], "x")
     Path(grid.record_path(ad_hoc, str(records))).write_text(json.dumps({"last_100": 1.0}))
     assert grid.read_record(ad_hoc, str(records)) is None  # records are the named grids' alone

@@ -399,8 +399,6 @@ def score_matrix(runs: dict[str, list[dict]], random: dict[str, float], referenc
     """{env: runs} -> (seeds, envs) normalized last-100 scores, 0 random and 1 reference, of the seeds that ran on
     every env (rliable's layout: runs by tasks)."""
     envs = [e for e in runs if e in reference]
-    if flipped := [e for e in envs if reference[e] <= random[e]]:  # 1 at or below 0: every score would flip sign
-        sys.exit(f"error: the reference on {flipped[0]} is no better than the random policy: scores would flip sign")
     seeds = sorted(set.intersection(*({r["seed"] for r in runs[e]} for e in envs))) if envs else []
     by_seed = {e: {r["seed"]: r["last_100"] for r in runs[e]} for e in envs}
     score = lambda e, seed: (by_seed[e][seed] - random[e]) / (reference[e] - random[e])  # noqa: E731
@@ -658,6 +656,8 @@ def study_stats(
     reference = {
         e: float(np.mean([r["last_100"] for r in found[(baseline, e)]])) for e in envs if (baseline, e) in found
     }
+    if flipped := [e for e, mean in reference.items() if mean <= random[e]]:  # 1 at or below 0: scores flip sign
+        sys.exit(f"error: {baseline} is no better than the random policy on {flipped[0]}: scores would flip sign")
     by_variant = {v: {e: found[(v, e)] for e in envs if (v, e) in found} for v in variants}
     return intervals({v: score_matrix(runs, random, reference) for v, runs in by_variant.items() if runs}, baseline)
 

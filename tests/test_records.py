@@ -122,8 +122,9 @@ def test_scores_are_normalized_per_env_over_the_seeds_that_ran_on_every_env():
         runs, {"Hopper-v4": 10.0, "Walker2d-v4": 10.0}, {"Hopper-v4": 210.0, "Walker2d-v4": 50.0}
     )
     np.testing.assert_allclose(matrix, [[0.5, 0.5], [1.0, 1.0]])  # (seeds 1-2, envs): 0 random, 1 the reference
-    with pytest.raises(SystemExit, match="reference on Walker2d-v4 is no better than the random policy"):
-        tables.score_matrix(runs, {"Hopper-v4": 10.0, "Walker2d-v4": 50.0}, {"Hopper-v4": 210.0, "Walker2d-v4": 50.0})
+    found = {("defaults", e): runs[e] for e in runs} | {("flag", e): runs[e] for e in runs}
+    with pytest.raises(SystemExit, match="defaults is no better than the random policy on Walker2d-v4"):  # 40 <= 50
+        tables.study_stats(found, ["defaults", "flag"], {"Hopper-v4": 10.0, "Walker2d-v4": 50.0}, "defaults", (*runs,))
 
 
 def test_plot_curves_draws_records_as_it_draws_run_folders_and_leaves_out_records_without_a_curve(tmp_path):

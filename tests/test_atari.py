@@ -1056,3 +1056,20 @@ def test_check_env_refuses_an_atari_env_whose_reset_or_step_observation_is_not_t
     monkeypatch.setattr(A, "make_env", make_env)
     says = A.check_env(A.Args())
     assert says.startswith("BreakoutNoFrameskip-v4 failed when made, reset and stepped once") and "shape" in says
+
+
+# --- The reward: its sign, not a clip -------------------------------------------------------------------------------
+
+
+def test_a_fractional_reward_reaches_learning_as_its_sign_not_clipped_to_plus_minus_one():
+    """The reward's sign, not np.clip(r, -1, 1): the two agree on the ALE's whole-point scores, not on the fractional
+    rewards of an Atari-like env given as module:EnvId (0.3 is learned as +1, as CleanRL's ClipRewardEnv does)."""
+    env = make_real_env()
+    frame = env.reset(seed=0)[0][-1]
+    below = find_wrapper(env, gym.wrappers.TransformReward).env  # what the sign wrapper reads its reward from
+    seen = []
+    for raw in (0.3, -0.01, 2.5, -7.0, 0.0):
+        below.step = lambda action, raw=raw: (frame, raw, False, False, {})
+        seen.append(env.step(A.NOOP)[1])
+    assert seen == [1.0, -1.0, 1.0, -1.0, 0.0]
+    env.close()

@@ -1088,8 +1088,7 @@ def check_env(args: Args) -> str | None:
         return f"{args.env_id} is a MuJoCo task, no Atari game, which {SCRIPT_NAME}.py trains: use ppo_continuous.py"
     try:  # gymnasium's module:EnvId imports the module, which registers EnvId, then makes EnvId
         with warnings.catch_warnings(action="ignore"):  # gymnasium's notes (an old version...) would precede our line
-            env = gym.make(args.env_id, **env_kwargs)
-        env.close()
+            (env := gym.make(args.env_id, **env_kwargs)).close()  # its spaces are read below
     except Exception as e:  # no such module or id, an import that raised, a keyword the env does not take
         given = f" with --env-kwargs {args.env_kwargs}" if env_kwargs else ""  # only what the user gave
         return f"cannot make {args.env_id}{given} ({why(e)})"
@@ -1102,6 +1101,8 @@ def check_env(args: Args) -> str | None:
         env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True} | render)()
         shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
         if render:  # without a display MuJoCo renders through libEGL only: no libEGL, one line here, no traceback
+            if env.render_mode != "rgb_array":  # RecordVideo's own refusal, a traceback once training makes it
+                raise ValueError(f"render_mode is {env.render_mode!r}, not the 'rgb_array' given to gym.make")
             with warnings.catch_warnings(action="ignore"):  # GLFW's notes (no display) would precede our line
                 env.render()
         env.close()

@@ -58,6 +58,9 @@ PROBE = textwrap.dedent(
         "tuple": gym.spaces.Tuple((BOX, gym.spaces.Box(-5.0, 5.0, (1,), np.float32))),
         "sequence": gym.spaces.Sequence(BOX),
         "weird": Weird(),
+        "discrete": gym.spaces.Discrete(3),
+        "multidiscrete": gym.spaces.MultiDiscrete([2, 3]),
+        "multibinary": gym.spaces.MultiBinary(3),
     }
 
 
@@ -68,7 +71,7 @@ PROBE = textwrap.dedent(
             self.reward, self.length, self.kind, self.fail = reward, length, obs, fail
             self.observation_space = SPACES[obs]
             self.action_space = gym.spaces.Box(-1.0, 1.0, tuple(act), np.float32)
-            self.render_mode = render_mode
+            self.render_mode = None if fail == "render-mode" else render_mode  # "render-mode": ignores it
             if fail == "worker" and multiprocessing.parent_process() is not None:  # other copies, other spaces
                 self.observation_space = gym.spaces.Box(-6.0, 6.0, (2,), np.float32)
 
@@ -79,6 +82,12 @@ PROBE = textwrap.dedent(
                 return (np.array([1.0, 2.0], np.float32), np.array([3.0], np.float32))
             if self.kind == "sequence":
                 return (np.array([1.0, 2.0], np.float32),)
+            if self.kind == "discrete":
+                return np.int64(2)
+            if self.kind == "multidiscrete":
+                return np.array([1, 2], np.int64)
+            if self.kind == "multibinary":
+                return np.array([1, 0, 1], np.int8)
             return np.arange(np.prod(self.observation_space.shape), dtype=np.float32).reshape(
                 self.observation_space.shape
             ) / 10
@@ -185,6 +194,20 @@ def test_eval_checkpoint_of_a_module_env_whose_module_is_gone_is_refused_with_on
     assert not (checkpoint.parent / "eval.json").exists()
 
 
+def test_eval_checkpoint_checks_the_env_with_the_checkpoint_s_kwargs(folder):
+    """--eval-checkpoint makes, resets and steps the saved env with the saved --env-kwargs before it evaluates: kwargs
+    with which the env (its module changed since, say) now fails are refused with one line, as training's are."""
+    assert train(folder, "--eval-episodes", "0").returncode == 0
+    checkpoint = only_run(folder) / C.CHECKPOINT
+    ckpt = torch.load(checkpoint, weights_only=True)
+    ckpt["args"]["env_kwargs"] = json.dumps(KWARGS | {"fail": "reset"})  # made fine, fails at its reset
+    torch.save(ckpt, checkpoint)
+    proc = run_script(folder, "ppo_continuous.py", "--eval-checkpoint", str(checkpoint))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
+    assert proc.stderr.startswith("error: probe:Probe-v0 failed when made, reset and stepped once (RuntimeError: reset")
+    assert not (checkpoint.parent / "eval.json").exists()
+
+
 PROBE_RUN = ["--env-id", "probe:Probe-v0", "--env-kwargs", json.dumps(KWARGS), *SMALL, "--total-timesteps", "256"]
 
 
@@ -245,20 +268,75 @@ def test_a_module_env_trains_under_torchrun(folder):
         ("dict", [3.0, 1.0, 2.0]),  # the keys sorted: "a", then "b"
         ("ordered", [1.0, 2.0, 3.0]),  # an OrderedDict's own order: "b", then "a"
         ("tuple", [1.0, 2.0, 3.0]),
+        ("discrete", [0.0, 0.0, 1.0]),  # 2 of Discrete(3), one-hot
+        ("multidiscrete", [0.0, 1.0, 0.0, 0.0, 1.0]),  # (1, 2) of MultiDiscrete([2, 3]): each entry one-hot, in order
+        ("multibinary", [1.0, 0.0, 1.0]),  # its int8 bits
     ],
 )
 def test_observations_are_flattened_in_the_documented_order_before_normalization(folder, monkeypatch, kind, flattened):
     """What the agent, the normalization and the checkpoint see is one vector: each Box row by row, a Dict's
-    entries by sorted key (an OrderedDict's in its order), a Tuple's in order."""
+    entries by sorted key (an OrderedDict's in its order), a Tuple's in order, a Discrete (each entry of a
+    MultiDiscrete) one-hot, a MultiBinary's bits; of float32 whatever the space's dtype."""
     monkeypatch.syspath_prepend(str(folder))
     __import__("probe")
     envs = C.make_envs(C.Args(env_id="probe:Probe-v0", env_kwargs=json.dumps({"obs": kind})), "test")
     assert envs.single_observation_space.shape == (len(flattened),)
+    assert envs.single_observation_space.dtype == np.float32  # the buffer's and the networks' dtype
     envs.reset(seed=1)  # one observation seen: the running mean is that observation
     np.testing.assert_allclose(envs.obs_rms.mean, flattened, rtol=1e-3, atol=1e-6)
     flattening = isinstance(envs.unwrapped.envs[0], gym.wrappers.FlattenObservation)
     assert flattening == (kind != "vector")  # a flat Box goes in as it is
     envs.close()
+
+
+# An env of the user's whose actions lie in [0.5, 1] x [-3, -2] x (-inf, inf): no dimension holds 0, the bounds differ
+# per dimension, one is infinite; like many envs it raises on an action outside its space
+SHIFTED = textwrap.dedent(
+    """
+    import gymnasium as gym
+    import numpy as np
+
+
+    class Shifted(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = gym.spaces.Box(
+            np.array([0.5, -3.0, -np.inf], np.float32), np.array([1.0, -2.0, np.inf], np.float32)
+        )
+
+        def __init__(self):
+            self.received = []
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            if not self.action_space.contains(np.asarray(action, np.float32)):
+                raise ValueError(f"action {action} is outside {self.action_space}")
+            self.received.append(np.array(action))
+            return np.zeros(2, np.float32), -1.0, False, False, {}
+
+
+    gym.register("Shifted-v0", entry_point=Shifted)
+    """
+)
+
+
+def test_an_env_whose_action_bounds_exclude_zero_passes_the_check_and_gets_its_own_bounds(tmp_path, monkeypatch):
+    """The check steps the env with an action of its own space, as training (which clips to the env's low and high)
+    does: an env that refuses actions outside its bounds, none of which holds 0, is not refused."""
+    (tmp_path / "shifted.py").write_text(SHIFTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = C.Args(env_id="shifted:Shifted-v0", num_steps=64, num_minibatches=2, total_timesteps=64)
+    assert C.check_args(args) is None
+    envs = C.make_envs(args, "test")
+    envs.reset(seed=0)
+    sampled = np.array([[0.0, 0.0, 0.0], [5.0, -9.0, -1e6], [0.75, -2.5, 3.0]], np.float32)
+    for action in sampled:
+        envs.step(action[None])
+    received = np.stack(envs.unwrapped.envs[0].unwrapped.received)
+    envs.close()
+    assert np.array_equal(received, [[0.5, -2.0, 0.0], [1.0, -3.0, -1e6], [0.75, -2.5, 3.0]])
 
 
 def test_an_atari_env_takes_its_kwargs_and_a_module_prefix(tmp_path):
@@ -318,6 +396,15 @@ def test_bad_modules_kwargs_and_envs_are_refused_with_one_line(folder, env_id, k
     assert_refused(proc, folder, *words)
 
 
+def test_an_env_that_ignores_its_render_mode_is_refused_for_capture_video_in_one_line(folder):
+    """--capture-video films through RecordVideo, which refuses an env whose render_mode is not the 'rgb_array' given
+    to gym.make: the check says so in one line, before anything is written, not a traceback once training makes it."""
+    proc = train(folder, "--capture-video", kwargs=KWARGS | {"fail": "render-mode"})
+    said = "probe:Probe-v0 failed when made, reset and stepped once, then rendered"
+    assert_refused(proc, folder, said, "'rgb_array'")
+    assert train(folder, kwargs=KWARGS | {"fail": "render-mode"}).returncode == 0  # unfilmed, it trains
+
+
 def test_an_exception_is_told_in_one_line():
     assert C.why(ValueError("first line\nsecond line")) == "ValueError: first line"
     assert C.why(KeyError()) == "KeyError: "
@@ -351,11 +438,16 @@ def test_a_module_env_films_its_first_copy_only(folder, monkeypatch):
     assert filmed == [True, False, False]
 
 
-def test_an_atari_game_given_to_ppo_continuous_is_sent_to_ppo_atari(folder):
-    proc = run_script(folder, "ppo_continuous.py", "--env-id", "ale_py:ALE/Pong-v5", *SMALL, "--total-timesteps", "64")
+@pytest.mark.parametrize(
+    "env_id, actions",
+    [("ale_py:ALE/Pong-v5", "Discrete(6)"), ("ale_py:BreakoutNoFrameskip-v4", "Discrete(4)")],  # v5's and v4's names
+)
+def test_an_atari_game_given_to_ppo_continuous_is_sent_to_ppo_atari(folder, env_id, actions):
+    """Told by the ALE's entry point, whatever the id's name: a v4 id (no "ALE/" in it) is an Atari game too."""
+    proc = run_script(folder, "ppo_continuous.py", "--env-id", env_id, *SMALL, "--total-timesteps", "64")
     assert proc.returncode == 2 and not (folder / "runs").exists()
     last = proc.stderr.strip().splitlines()[-1]  # after ALE's banner, which importing ale_py prints
-    assert "has Discrete(6) actions" in last and "train it with ppo_atari.py" in last and "Traceback" not in proc.stderr
+    assert f"has {actions} actions" in last and "train it with ppo_atari.py" in last and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(

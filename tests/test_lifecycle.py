@@ -633,8 +633,14 @@ def test_eval_checkpoint_films_as_its_command_line_says_not_as_the_run_was_train
     def make_env(env_id, idx, video, run_name, env_kwargs):
         if run_name.endswith("/eval"):
             filmed.append(video)
-        no_camera = {k: v for k, v in env_kwargs.items() if k != "render_mode"}  # check_env's one frame, too
-        return real(env_id, idx, False, run_name, no_camera)
+        thunk = real(env_id, idx, False, run_name, {k: v for k, v in env_kwargs.items() if k != "render_mode"})
+
+        def camera_less():  # check_env's one frame too: the render_mode asked for, and a render that draws nothing
+            env = thunk()
+            env.unwrapped.render_mode, env.unwrapped.render = env_kwargs.get("render_mode"), lambda: None
+            return env
+
+        return camera_less
 
     monkeypatch.setattr(C, "make_env", make_env)
     ckpt = torch.load(trained[0], map_location="cpu", weights_only=True)

@@ -60,8 +60,8 @@ QUOTED_IN: dict[str, list[str]] = {
         f" HalfCheetah ({pm(MUJOCO + '/HalfCheetah')}"
         f" against 1442 +- 46) and {{ratio/Walker2d/cleanrl:.1f}} times on Walker2d"
         f" ({pm(MUJOCO + '/Walker2d')} against 2288 +- 572); on Hopper ({pm(MUJOCO + '/Hopper')}"
-        f" against 2383 +- 272) and Humanoid ({pm(MUJOCO + '/Humanoid')} against 716 +- 49) the means are"
-        " about one std apart (differences {difference/Hopper/cleanrl:.0f} and {difference/Humanoid/cleanrl:.0f}),",
+        f" against 2383 +- 272) and Humanoid ({pm(MUJOCO + '/Humanoid')} against 716 +- 49) the means differ"
+        " by less than either std (differences {difference/Hopper/cleanrl:.0f} and {difference/Humanoid/cleanrl:.0f}),",
         "of which this project's mean over its last 10 episodes is {ratio/HalfCheetah/cleanrl-here:.1f} times.",
         "return) is {cleanrl/default/iqm:.2f}, 95% stratified-bootstrap interval {cleanrl/default/iqm_ci}"
         " ({cleanrl/default/runs} runs;",

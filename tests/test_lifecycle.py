@@ -571,6 +571,15 @@ def test_greedy_evaluation_takes_the_mean_action_and_stochastic_samples(trained)
     envs.close()
 
 
+def test_an_evaluation_stops_at_the_end_of_its_last_episode(trained):
+    """N episodes are N episodes of play and no more: Pendulum's last 200 steps each, with one autoreset step between
+    two (a run that played on into an episode it then drops would spend its time for nothing)."""
+    _, envs, agent = eval_envs_for(trained[0])
+    returns = C.evaluate(envs, agent, 2, True, 123, torch.device("cpu"))
+    assert len(returns) == 2 and len(envs.steps) == 2 * 200 + 1
+    envs.close()
+
+
 def test_atari_greedy_is_the_argmax_and_stochastic_samples():
     envs = gym.vector.SyncVectorEnv([A.make_env("BreakoutNoFrameskip-v4", 0, False, "test", {})])
     torch.manual_seed(0)
@@ -814,6 +823,27 @@ def test_bad_checkpoints_are_refused_with_one_line_exit_2_and_nothing_written(tm
     lines = [line for line in proc.stderr.strip().splitlines() if "A.L.E" not in line and "Stella" not in line]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], proc.stderr
     assert files(tmp_path) == before  # nothing written
+
+
+def without_a_running_statistic(good, bad) -> None:
+    """The checkpoint good, unfinished, its normalization missing the reward scaler's count (an older or hand-made
+    file): written to bad."""
+    ckpt = torch.load(good, weights_only=True)
+    del ckpt["normalization"]["return_rms.count"]
+    ckpt["progress"] |= {"iteration": 0, "global_step": 0}
+    torch.save(ckpt, bad)
+
+
+def test_resume_refuses_a_checkpoint_missing_a_running_statistic_in_one_line_exit_2(trained, tmp_path, capsys):
+    """The statistics are part of what must fit: a missing one is bad input (one line, exit 2), not a traceback."""
+    bad = tmp_path / "bad.pt"
+    without_a_running_statistic(trained[0], bad)
+    with pytest.raises(SystemExit) as stop:
+        C.main(C.Args(resume=str(bad)))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: the checkpoint does not fit this agent") and "return_rms.count" in err[0]
+    assert files(tmp_path) == {"bad.pt"}  # nothing written
 
 
 def test_checkpoints_never_run_code(tmp_path):
@@ -1077,6 +1107,25 @@ def one_process_checkpoint(envs: gym.vector.VectorEnv, agent: C.Agent, optimizer
     spaces = [str(envs.single_observation_space), str(envs.single_action_space)]
     ckpt = {"spaces": spaces, "agent": agent.state_dict(), "optimizer": optimizer.state_dict()}
     return ckpt | {"normalization": C.normalization_state(envs), "rng": [C.rng_state()]}
+
+
+def test_a_checkpoint_keeps_the_random_state_of_every_process_in_rank_order(tmp_path, monkeypatch):
+    """Under torchrun the checkpoint holds each process's RNG streams, gathered from all (rank 0 writes the file):
+    with only rank 0's own, every other rank would resume on a fresh seed."""
+    envs = C.make_envs(C.Args(env_id="Pendulum-v1"), "test")
+    agent = C.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters())
+    torch.manual_seed(7)
+    rank_1 = C.rng_state()  # what the other process of two holds
+    monkeypatch.setattr(C, "gather_objects", lambda obj: [obj, rank_1])  # rank 0's, then rank 1's
+    torch.manual_seed(3)
+    own = C.rng_state()
+    progress = {"global_step": 0, "iteration": 0, "kl_beta": 1.0, "episodes": 0, "recent_returns": []}
+    C.save_checkpoint(str(tmp_path / C.CHECKPOINT), agent, optimizer, envs, C.Args(env_id="Pendulum-v1"), progress)
+    envs.close()
+    saved = C.load_checkpoint(str(tmp_path / C.CHECKPOINT))["rng"]
+    assert len(saved) == 2
+    assert torch.equal(saved[0]["torch"], own["torch"]) and torch.equal(saved[1]["torch"], rank_1["torch"])
 
 
 def test_a_process_the_saved_run_lacked_resumes_with_its_own_seed(monkeypatch):

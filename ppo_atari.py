@@ -643,7 +643,7 @@ def main(args: Args) -> dict:
 
 SCRIPT_NAME = os.path.basename(__file__).removesuffix(".py")  # checkpoints are refused by the other scripts
 CHECKPOINT = "checkpoint.pt"
-EVAL_SEED_OFFSET = 10_000  # evaluation episodes start from seeds training never used
+EVAL_SEED_OFFSET = 10_000  # the evaluation reset's seed: past a new run's reset seeds (a late resume's may reach it)
 RANK = int(os.environ.get("RANK", "0"))  # this process under torchrun; rank 0 alone writes files and logs
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))  # its GPU on this machine
 GLOO_EXIT_GRACE_S = 0.2  # at exit, seconds with the GIL free for gloo's threads to drop their last tensors

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import tyro
 from conftest import HANG_TIMEOUT, ROOT, find_wrapper, only_run, run_script, scalars
 
 import ppo_atari as A
@@ -588,6 +589,36 @@ def test_both_scripts_take_the_same_flags():
     assert {"batch_size", "minibatch_size", "num_iterations"} <= {
         name for name, value in vars(A.Args).items() if isinstance(value, property)
     }
+
+
+# A command line of CleanRL's ppo_continuous_action.py and ppo_atari.py flags (every setting both have, none at its
+# default), and the value each must land as in Args
+CLEANRL_FLAGS = {
+    "--exp-name": ("mine", "mine"), "--seed": ("7", 7), "--no-torch-deterministic": (None, False),
+    "--no-cuda": (None, False), "--track": (None, True), "--wandb-project-name": ("p", "p"),
+    "--wandb-entity": ("team", "team"), "--capture-video": (None, True), "--env-id": ("Hopper-v4", "Hopper-v4"),
+    "--total-timesteps": ("5000", 5000), "--learning-rate": ("0.001", 0.001), "--num-envs": ("2", 2),
+    "--num-steps": ("64", 64), "--no-anneal-lr": (None, False), "--gamma": ("0.9", 0.9), "--gae-lambda": ("0.8", 0.8),
+    "--num-minibatches": ("8", 8), "--update-epochs": ("3", 3), "--no-norm-adv": (None, False),
+    "--clip-coef": ("0.3", 0.3), "--clip-vloss": (None, True), "--ent-coef": ("0.02", 0.02), "--vf-coef": ("0.4", 0.4),
+    "--max-grad-norm": ("0.7", 0.7), "--target-kl": ("0.05", 0.05),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+def test_cleanrl_s_flags_work_unchanged_and_save_model_is_refused_in_one_line(module, capsys):
+    """The README: CleanRL's flags work unchanged where both have the setting; no --save-model (runs always
+    checkpoint) and no Hub upload: those are refused, exit 2, as any flag the script does not have."""
+    argv = [word for flag, (value, _) in CLEANRL_FLAGS.items() for word in (flag, value) if word is not None]
+    args = tyro.cli(module.Args, args=argv)
+    for flag, (_, expected) in CLEANRL_FLAGS.items():
+        name = flag.removeprefix("--").removeprefix("no-").replace("-", "_")
+        assert getattr(args, name) == expected, flag
+    for flag in ("--save-model", "--upload-model", "--batch-size"):  # batch sizes are derived, never flags
+        with pytest.raises(SystemExit) as stop:
+            tyro.cli(module.Args, args=[flag])
+        assert stop.value.code == 2, flag
+    capsys.readouterr()
 
 
 def test_the_policy_scores_actions_and_entropy_as_a_categorical_distribution():

@@ -524,6 +524,7 @@ def test_the_defaults_are_the_mujoco_settings_of_the_ppo_paper_and_cleanrl():
         anneal_clip=False, target_kl=None, bootstrap_truncation=True, seed=1, eval_stochastic=False,
         kl_beta=1.0, kl_target=0.01,  # the paper's adaptive penalty: beta starts at 1, d_targ 0.01
         eval_episodes=10, torch_deterministic=True,  # the closing evaluation's 10 episodes (README, docs/runs.md)
+        compile=False, bf16=False, async_envs=False, capture_video=False, track=False, cuda=True,  # README: opt-in
     )  # fmt: skip
     assert {name: getattr(args, name) for name in expected} == expected
     assert (args.batch_size, args.minibatch_size, args.num_iterations) == (2048, 64, 1_000_000 // 2048)

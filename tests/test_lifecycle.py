@@ -860,24 +860,40 @@ def test_checkpoints_never_run_code(tmp_path):
 # --- reruns ------------------------------------------------------------------------------------
 
 
+# Part II's own flags: how often to checkpoint, how long the closing evaluation plays (the gridworld has neither)
+PART_TWO = ["--save-every", "1", "--eval-episodes", "2"]
+
+
 @pytest.mark.parametrize(
-    "script, flags",
+    "script, flags, part_two",
     [
-        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "1024"]),
-        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "128"]),
-        ("ppo_gridworld.py", ["--num-iterations", "5"]),
+        ("ppo_continuous.py", PENDULUM + ["--total-timesteps", "1024"], PART_TWO),
+        ("ppo_atari.py", BREAKOUT + ["--total-timesteps", "128"], PART_TWO),
+        ("ppo_gridworld.py", ["--num-iterations", "5"], []),
     ],
 )
-def test_the_same_seed_logs_the_same_scalars_in_every_script(tmp_path, script, flags):
-    results = []
+def test_the_same_seed_logs_the_same_scalars_in_every_script_whatever_part_two_is_asked(
+    tmp_path, script, flags, part_two
+):
+    """Reruns are exact, and Part II changes no number Part I computes (the README's promise): a second run that
+    checkpoints every iteration and evaluates for longer trains to the same scalars and the same final weights."""
+    results, weights = [], []
     for attempt in range(2):
         folder = tmp_path / str(attempt)
         folder.mkdir()
-        proc = run_script(folder, script, *flags)
+        proc = run_script(folder, script, *flags, *(part_two if attempt else []))
         assert proc.returncode == 0, proc.stderr
         s = scalars(only_run(folder))
-        results.append({tag: values for tag, values in s.items() if tag != "charts/SPS"})
+        results.append(
+            {tag: values for tag, values in s.items() if tag != "charts/SPS" and not tag.startswith("eval/")}
+        )
+        if part_two:
+            weights.append(torch.load(only_run(folder) / "checkpoint.pt", weights_only=True)["agent"])
     assert results[0] == results[1]
+    if part_two:
+        assert weights[0].keys() == weights[1].keys()
+        for name, tensor in weights[0].items():
+            assert torch.equal(tensor, weights[1][name]), name
 
 
 # --- resuming on another number of processes, and what a checkpoint carries exactly ---------------------

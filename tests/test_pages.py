@@ -232,3 +232,21 @@ def test_every_link_on_the_pages_reaches_a_file_and_each_anchor_a_heading_there(
         github_anchor("At the paper's scale: eleven settings, seven tasks")
         == "at-the-papers-scale-eleven-settings-seven-tasks"
     )
+
+
+def test_the_readme_s_set_up_is_what_ci_runs_its_torch_pin_and_its_test_count_the_suite_s():
+    """.ci/run runs exactly the README's three set-up and test commands (a fresh clone passes with nothing else), the
+    CPU-only install names the pinned torch, and the README's count of tests is what pytest collects."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Set-up and tests")[1].split("```bash\n")[1].split("```")[0]
+    uncommented = [re.sub(r"\s+#.*$", "", line) for line in block.splitlines()]
+    ci = [re.sub(r"\s+#.*$", "", line) for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert len(uncommented) == 3 and ci[-3:] == uncommented, (ci, uncommented)
+    (pin,) = re.findall(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M)
+    assert f"pip install torch=={pin} --index-url" in " ".join(readme.split())
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n0", "-p", "no:cacheprovider"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (collected,) = re.findall(r"^(\d+) tests? collected", proc.stdout, flags=re.M)
+    (said,) = re.findall(r"^pytest +# (\d+) tests", block, flags=re.M)
+    assert int(said) == int(collected), f"the README says {said} tests, pytest collects {collected}"

@@ -158,6 +158,23 @@ def test_bf16_takes_a_cpu_with_either_bf16_instruction_set_and_refuses_one_with_
         assert error.startswith("--bf16 needs bf16 in hardware") and "CPU has none" in error
 
 
+@pytest.mark.parametrize("module", [C, A], ids=["continuous", "atari"])
+@pytest.mark.parametrize("gpu_bf16", [True, False])
+def test_bf16_on_a_gpu_asks_the_gpu_not_the_cpu(monkeypatch, module, gpu_bf16):
+    """Where the run takes a GPU, the GPU's bf16 in hardware decides: not the CPU's, not the GPU's emulation of it."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: not gpu_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: not gpu_bf16)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    emulating = lambda including_emulation=True: gpu_bf16 or including_emulation  # noqa: E731 (a V100 emulates it)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", emulating)
+    error = module.check_args(module.Args(bf16=True, cuda=True))
+    if gpu_bf16:  # even on a CPU without it
+        assert error is None, error
+    else:
+        assert error.startswith("--bf16 needs bf16 in hardware") and error.endswith("this GPU has none"), error
+
+
 @pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
 def test_bf16_on_a_cpu_without_bf16_instructions_is_one_line_and_exit_2_before_anything_is_written(tmp_path, script):
     command = [sys.executable, "-c", NO_BF16, str(ROOT / script), "--bf16", "--no-cuda", "--total-timesteps", "4096"]

@@ -1,5 +1,6 @@
 """ppo_atari.py: the wrappers' semantics, short end-to-end runs, and the diff against ppo_continuous.py."""
 
+import ast
 import dataclasses
 import inspect
 import json
@@ -582,6 +583,47 @@ def test_every_detail_the_readme_points_to_is_in_part_one_of_both_scripts():
                 assert found.start() < part_two, f"{script}: {name} is defined in Part II"
 
 
+# Per "where" of the README's details table, what the detail is made of there: the table names where each one lives
+DETAIL_MARKERS = {
+    "make_envs": ["AutoresetMode.NEXT_STEP"],
+    "Normalize.observations": ["obs_rms", "OBS_CLIP"],  # normalized by the running statistics, then clipped
+    "Normalize.step": [".clip(self.env.action_space.low", "REWARD_CLIP"],  # the action clipped; the reward clip
+    "ScaleReward.step": ["return_rms", "self.returns[self.done] = 0.0"],  # restarted after every done
+    "layer_init": ["orthogonal_", "zeros_"],
+    "Agent": ["POLICY_HEAD_GAIN", "VALUE_HEAD_GAIN"],
+    "gaussian_log_prob": [".sum(-1)"],
+    "compute_gae": ["no_future", "~dones"],  # terminations and truncations kept apart
+    "update": ["buf.real", "torch.randperm", "clip_grad_norm_"],
+    "minibatch_slices": ["slice(lo, hi)"],  # contiguous slices of the epoch's one shuffled gather
+    "minibatch_moments": [".std()"],
+    "minibatch_loss": ["ADV_EPS", "args.ent_coef", "args.target_kl"],
+    "policy_loss": ["torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)", "kl_beta * kl"],
+    "value_loss": ["torch.clamp(new_values - old_values"],
+    "adapt_kl_beta": ["1.5"],
+    "kl_k3": ["expm1"],
+    "linear_schedule": ["1.0 - step / total_steps"],
+    "main": ["eps=ADAM_EPS", "linear_schedule(", "adapt_kl_beta("],
+}
+
+
+def test_each_detail_is_made_where_the_readme_s_table_says():
+    """The table's "where" column holds the detail itself, not only a name defined in Part I: each named function
+    has the lines the detail is made of (and every function the table names has its markers here)."""
+    table = (ROOT / "README.md").read_text().split("| detail | where |")[1].split("\n\n")[0]
+    named = {m for row in table.splitlines()[2:] for m in re.findall(r"`([A-Za-z_][\w.]*)`", row.split(" | ")[-1])}
+    functions = {name for name in named if callable(getattr(C, name.split(".")[0], None))}
+    assert functions <= DETAIL_MARKERS.keys() | {"Normalize", "ScaleReward", "Rollout.real"}, functions
+    for module in (C, A):
+        for name, markers in DETAIL_MARKERS.items():
+            owner, _, attribute = name.partition(".")
+            if hasattr(module, owner):
+                source = inspect.getsource(
+                    getattr(getattr(module, owner), attribute) if attribute else getattr(module, owner)
+                )
+                missing = [marker for marker in markers if marker not in source]
+                assert not missing, f"{module.__name__}.{name} lacks {missing}"
+
+
 def test_both_scripts_take_the_same_flags():
     continuous = {f.name: f.type for f in dataclasses.fields(C.Args)}
     atari = {f.name: f.type for f in dataclasses.fields(A.Args)}
@@ -589,6 +631,27 @@ def test_both_scripts_take_the_same_flags():
     assert {"batch_size", "minibatch_size", "num_iterations"} <= {
         name for name, value in vars(A.Args).items() if isinstance(value, property)
     }
+
+
+@pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py", "ppo_gridworld.py"])
+def test_help_documents_every_flag_with_its_docstring(script):
+    """The README: `--help` documents every flag. Each Args field has a docstring, and --help shows it whole."""
+    (args_class,) = [
+        node for node in ast.parse((ROOT / script).read_text()).body if getattr(node, "name", "") == "Args"
+    ]
+    fields = [node for node in args_class.body if isinstance(node, ast.AnnAssign)]
+    docs = {}
+    for node, after in zip(args_class.body, args_class.body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    assert len(fields) >= 20 and list(docs) == [node.target.id for node in fields]  # none undocumented
+    env = os.environ | {"COLUMNS": "160"}
+    command = [sys.executable, str(ROOT / script), "--help"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=HANG_TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = " ".join(proc.stdout.replace("│", " ").split())  # the panel's borders and wrapping dropped
+    for name, doc in docs.items():
+        assert f"--{name.replace('_', '-')}" in shown and doc in shown, (name, doc)
 
 
 # A command line of CleanRL's ppo_continuous_action.py and ppo_atari.py flags (every setting both have, none at its

@@ -173,6 +173,24 @@ def test_a_task_stopped_for_its_time_limit_saves_and_hands_submitit_a_fresh_task
     assert task.__getstate__()["proc"] is None
 
 
+def test_a_tuning_worker_stopped_for_its_time_limit_stops_tune_py_and_hands_submitit_the_same_worker_to_requeue():
+    """A worker's checkpoint hook: tune.py gets SIGTERM (on which it cuts its trial and queues it to run first, as
+    test_tune.py checks), and what submitit pickles is a worker with the same command line and no process."""
+    import submitit
+
+    worker = cluster.Worker(["run", "--study", "s", "--trials", "4"])
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143));"
+         " print('up', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, preexec_fn=cluster.ignore_usr2,
+    )  # fmt: skip
+    assert sleeper.stdout.readline() == b"up\n"
+    worker.proc = sleeper
+    requeue = worker.checkpoint()
+    assert sleeper.returncode == 143  # stopped by SIGTERM, as on Ctrl-C: its trial cut and queued again
+    assert isinstance(requeue, submitit.helpers.DelayedSubmission) and requeue.function.proc is None
+    assert requeue.function.argv == worker.argv and worker.__getstate__()["proc"] is None
+
+
 def test_the_warning_that_interrupts_the_tasks_wait_for_its_script_stops_the_script_and_returns(tmp_path):
     """Slurm's warning comes while the task waits for its script (proc.wait in __call__); submitit's handler calls
     checkpoint in that same thread, which must stop the script and return, not wait forever on the interrupted

@@ -81,7 +81,7 @@ class Args:
     env_kwargs: str = "{}"
     """keyword arguments of every gym.make of the run and its evaluation, a JSON object: '{"ctrl_cost_weight": 0.05}'"""
     env_id: str = "HalfCheetah-v4"
-    """a gymnasium id with Box (A,) actions (HalfCheetah, Hopper, Walker2d, Ant, Humanoid v4/v5), or your module:EnvId"""
+    """a gymnasium id with Box (A,) actions (HalfCheetah, Hopper, Walker2d, Ant, Humanoid v4/v5) or your module:EnvId"""
     total_timesteps: int = 1_000_000
     """environment steps summed over all environments, the reset step after each episode included (the paper's)"""
     learning_rate: float = 3e-4

@@ -250,3 +250,12 @@ def test_the_readme_s_set_up_is_what_ci_runs_its_torch_pin_and_its_test_count_th
     (collected,) = re.findall(r"^(\d+) tests? collected", proc.stdout, flags=re.M)
     (said,) = re.findall(r"^pytest +# (\d+) tests", block, flags=re.M)
     assert int(said) == int(collected), f"the README says {said} tests, pytest collects {collected}"
+
+
+def test_the_repository_is_as_ruff_formats_and_lints_it():
+    """One formatter and linter for the whole repository (the README: `ruff check .`, `ruff format --check .`)."""
+    for command in (["check", "."], ["format", "--check", "."]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ruff", *command], cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT
+        )
+        assert proc.returncode == 0, f"ruff {' '.join(command)}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"

@@ -166,7 +166,7 @@ def test_bf16_on_a_gpu_asks_the_gpu_not_the_cpu(monkeypatch, module, gpu_bf16):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: not gpu_bf16)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    emulating = lambda including_emulation=True: gpu_bf16 or including_emulation  # noqa: E731 (a V100 emulates it)
+    emulating = lambda including_emulation=True: gpu_bf16 or including_emulation  # a V100 emulates it
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", emulating)
     error = module.check_args(module.Args(bf16=True, cuda=True))
     if gpu_bf16:  # even on a CPU without it

@@ -242,8 +242,8 @@ PIXEL_MAX = 255.0  # observations are uint8 frames, scaled to [0, 1] inside the 
 
 
 def usable_cores() -> int:
-    """OMP_NUM_THREADS when it is set, else the cores this process may run on: a container's or a
-    CPU-limited job's share, not the host's count, so several runs side by side do not oversubscribe."""
+    """OMP_NUM_THREADS when it is set, else the cores this process may run on (its affinity: a cpuset's or a Slurm
+    job's share, not the host's count; a CPU quota is not seen), so runs side by side do not oversubscribe."""
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         return int(threads)
@@ -1098,12 +1098,12 @@ def check_env(args: Args) -> str | None:
         return f"{args.env_id} ({env.action_space} actions) is no Atari game, which {SCRIPT_NAME}.py trains; {other}"
     render = {"render_mode": "rgb_array"} if args.capture_video else {}  # filmed: rendered once here too
     try:  # as training makes it, unseeded, without gymnasium's env checker (its warnings would precede our one line)
-        env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True} | render)()
-        shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
-        if render:  # without a display MuJoCo renders through libEGL only: no libEGL, one line here, no traceback
-            if env.render_mode != "rgb_array":  # RecordVideo's own refusal, a traceback once training makes it
-                raise ValueError(f"render_mode is {env.render_mode!r}, not the 'rgb_array' given to gym.make")
-            with warnings.catch_warnings(action="ignore"):  # GLFW's notes (no display) would precede our line
+        with warnings.catch_warnings(action="ignore"):  # nor gymnasium's notes on make, nor GLFW's (no display)
+            env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True} | render)()
+            shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
+            if render:  # without a display MuJoCo renders through libEGL only: no libEGL, one line here, no traceback
+                if env.render_mode != "rgb_array":  # RecordVideo's own refusal, a traceback once training makes it
+                    raise ValueError(f"render_mode is {env.render_mode!r}, not the 'rgb_array' given to gym.make")
                 env.render()
         env.close()
         if any(shape != env.observation_space.shape for shape in shapes):  # the size the agent is built for

@@ -1103,12 +1103,12 @@ def check_env(args: Args) -> str | None:
         return f"{args.env_id}'s observation space {env.observation_space} cannot be flattened into a Box"
     render = {"render_mode": "rgb_array"} if args.capture_video else {}  # filmed: rendered once here too
     try:  # as training makes it, unseeded, without gymnasium's env checker (its warnings would precede our one line)
-        env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True} | render)()
-        shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
-        if render:  # without a display MuJoCo renders through libEGL only: no libEGL, one line here, no traceback
-            if env.render_mode != "rgb_array":  # RecordVideo's own refusal, a traceback once training makes it
-                raise ValueError(f"render_mode is {env.render_mode!r}, not the 'rgb_array' given to gym.make")
-            with warnings.catch_warnings(action="ignore"):  # GLFW's notes (no display) would precede our line
+        with warnings.catch_warnings(action="ignore"):  # nor gymnasium's notes on make, nor GLFW's (no display)
+            env = make_env(args.env_id, 0, False, "", env_kwargs | {"disable_env_checker": True} | render)()
+            shapes = [np.shape(env.reset()[0]), np.shape(env.step(env.action_space.sample())[0])]
+            if render:  # without a display MuJoCo renders through libEGL only: no libEGL, one line here, no traceback
+                if env.render_mode != "rgb_array":  # RecordVideo's own refusal, a traceback once training makes it
+                    raise ValueError(f"render_mode is {env.render_mode!r}, not the 'rgb_array' given to gym.make")
                 env.render()
         env.close()
         if any(shape != env.observation_space.shape for shape in shapes):  # the size the agent is built for

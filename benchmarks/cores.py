@@ -8,8 +8,8 @@ import platform
 
 
 def usable_cores() -> int:
-    """OMP_NUM_THREADS when it is set, else the cores this process may run on (a container's or a CPU-limited
-    job's share, not the host's count), so that runs side by side do not oversubscribe the machine."""
+    """OMP_NUM_THREADS when it is set, else the cores this process may run on (its affinity: a cpuset's or a Slurm
+    job's share, not the host's count; a CPU quota is not seen), so runs side by side do not oversubscribe."""
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         return int(threads)

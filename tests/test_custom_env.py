@@ -420,6 +420,7 @@ def test_doc_refusal_lines_are_the_ones_printed(monkeypatch):
         "`--env-id nosuch:PointMass-v0`": ["--env-id", "nosuch:PointMass-v0"],
         "an id the module does not register": ["--env-id", "pointmass:Nope-v0"],
         "Discrete actions (`CartPole-v1`)": ["--env-id", "CartPole-v1"],
+        "`--capture-video` (PointMass takes no `render_mode`)": ["--capture-video"],
     }
     rows = dict(line.strip("| ").split(" | ") for line in (ROOT / "docs" / "custom_env.md").read_text().splitlines()
                 if line.startswith("| ") and line.count(" | ") == 1)  # fmt: skip
@@ -427,6 +428,17 @@ def test_doc_refusal_lines_are_the_ones_printed(monkeypatch):
         args = tyro.cli(C.Args, args=["--env-id", "pointmass:PointMass-v0", *flags])
         documented = re.escape(rows[cell][1:-1]).replace(re.escape("..."), ".*")
         assert re.fullmatch(documented, f"error: {C.check_args(args)}"), (cell, C.check_args(args))
+
+
+def test_an_env_that_cannot_be_filmed_is_refused_in_one_line_with_gymnasium_s_notes_silenced(tmp_path):
+    """The page's PointMass takes no render_mode: --capture-video is exit 2 and the one line alone on stderr (gymnasium
+    notes that 'rgb_array' is not among its render modes: said before the line, it would make two), nothing written."""
+    command = [sys.executable, str(ROOT / "ppo_continuous.py"), "--env-id", "pointmass:PointMass-v0", "--capture-video"]
+    env = os.environ | {"PYTHONPATH": str(ROOT / "examples")}
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: pointmass:PointMass-v0 failed when made") and "'render_mode'" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_module_env_films_its_first_copy_only(folder, monkeypatch):

@@ -511,7 +511,9 @@ def test_the_documented_point_mass_learns_to_reach_its_target(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluation = json.loads((only_run(tmp_path) / "eval.json").read_text())
-    assert -30 < evaluation["mean_return"] <= 0  # minus distances; a random policy scores about -100
+    # minus distances: random -116.6, standing still -102.3; these 20,480 steps evaluated -27.5 on an AMD EPYC, and
+    # half the random score leaves room for another CPU's rounding
+    assert -60 < evaluation["mean_return"] <= 0
 
 
 def test_the_point_mass_moves_by_speed_times_the_action_and_pays_minus_the_distance():
@@ -550,3 +552,31 @@ def import_example(name: str):
         return __import__(name)
     finally:
         sys.path.remove(str(ROOT / "examples"))
+
+
+def test_the_point_mass_baselines_the_page_gives_for_scale(monkeypatch):
+    """docs/custom_env.md, for scale: over reset seeds 10,000 to 10,199, actions drawn uniformly at random score
+    -116.6, standing still -102.3, and a controller heading straight for the target -5.0."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    import pointmass
+
+    env = gym.make("pointmass:PointMass-v0")
+    env.action_space.seed(0)
+    policies = {
+        "random": lambda obs: env.action_space.sample(),
+        "still": lambda obs: np.zeros(2),
+        "controller": lambda obs: np.clip((obs["target"] - obs["position"]) / env.unwrapped.speed, -1, 1),
+    }
+    scores = {}
+    for name, policy in policies.items():
+        returns = []
+        for seed in range(10_000, 10_200):
+            obs, _ = env.reset(seed=seed)
+            total, done = 0.0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy(obs))
+                total, done = total + reward, terminated or truncated
+            returns.append(total)
+        scores[name] = round(float(np.mean(returns)), 1)
+    assert scores == {"random": -116.6, "still": -102.3, "controller": -5.0}
+    assert pointmass.EPISODE_STEPS == 100  # each of those returns sums 100 steps

@@ -366,6 +366,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, flags, messag
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_value_tyro_cannot_parse_exits_2_names_its_flag_and_writes_nothing(tmp_path):
+    """docs/runs.md: a value tyro cannot parse at all (`--num-envs abc`) gets tyro's box naming the flag, exit 2."""
+    proc = run_script(tmp_path, "ppo_continuous.py", "--num-envs", "abc")
+    assert proc.returncode == 2
+    assert proc.stdout == "" and "--num-envs" in proc.stderr and "abc" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no runs/, no videos/
+
+
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
 @pytest.mark.parametrize("script", ["ppo_continuous.py", "ppo_atari.py"])
 def test_track_without_wandb_is_one_line_exit_2_and_writes_nothing(tmp_path, script):

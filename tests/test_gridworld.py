@@ -169,7 +169,7 @@ def test_the_gridworld_separates_the_random_walker_from_the_optimum():
     P, R = G.dynamics()
     assert np.allclose(P[~G.TERMINAL].sum(-1), 1.0)
     uniform = np.full((G.NUM_STATES, G.NUM_ACTIONS), 1 / G.NUM_ACTIONS)
-    assert G.policy_evaluation(P, R, uniform, 0.9)[G.START] < -0.3
+    assert G.policy_evaluation(P, R, uniform, G.Args().gamma)[G.START] < -0.3
     assert G.value_iteration(P, R, 0.9)[0][G.START] > 0.3
 
 
@@ -1017,7 +1017,7 @@ def test_the_logged_optimal_return_is_v_star_of_the_start():
     writer = WriterRecorder()
     G.train(G.Args(num_iterations=2), writer, verbose=False)
     P, R = G.dynamics()
-    v_star = G.value_iteration(P, R, 0.9)[0][G.START]
+    v_star = G.value_iteration(P, R, G.Args().gamma)[0][G.START]
     assert [v for _, v in writer.scalars["charts/optimal_return"]] == pytest.approx([v_star, v_star])
     assert writer.scalars["charts/true_return"][0][1] != pytest.approx(v_star, abs=1e-3)
 
@@ -1296,3 +1296,97 @@ def test_natural_step_line_search_halves_the_step():
     assert round(k) >= 1 and k == pytest.approx(round(k))
     mean_kl = lambda e: np.mean(G.kl_divergence(pi, G.softmax(z + e * adv)))
     assert mean_kl(eta) <= delta < mean_kl(2 * eta)
+
+
+# --- the figures docs/gridworld.md's prose states ------------------------------------------------------
+
+DOC_SEEDS = range(1, 6)  # "seeds 1 to 5"
+RATE_SWEEP_FAILURE = 0.1  # a clipped ablation seed "fails" when it ends further than this from V*
+ROUNDING_SLACK = 1e-6
+
+
+def doc_seeds(**overrides) -> list[dict]:
+    """The final grades of seeds 1 to 5 with the given flags."""
+    return [G.train(G.Args(seed=seed, **overrides), verbose=False)[1] for seed in DOC_SEEDS]
+
+
+def prints_as(value: float, printed: float, digits: int) -> bool:
+    """value shows as printed at digits decimals (within half a unit, and a hair more: another CPU's last bits where
+    a figure lies on a rounding boundary, as seed 1's 0.408512 and seed 4's entropy 0.000502 nearly do)."""
+    return abs(value - printed) <= 0.5 * 10**-digits + ROUNDING_SLACK
+
+
+def spans(values, low: float, high: float, digits: int) -> bool:
+    """The lowest and highest of values show as the page's range low to high."""
+    return prints_as(min(values), low, digits) and prints_as(max(values), high, digits)
+
+
+def test_the_figures_docs_gridworld_md_states_for_the_grid_and_seed_1_s_first_and_last_updates():
+    """docs/gridworld.md: J = -0.756 at random and V* = 0.416; seed 1 at -0.590 after update 1, within 0.01 of V* at
+    iteration 32 (16,384 transitions); the first update's approx KL 0.027, 28% clipped, final_kl 0.046, both falling."""
+    P, R = G.dynamics()
+    uniform = np.full((G.NUM_STATES, G.NUM_ACTIONS), 1 / G.NUM_ACTIONS)
+    assert prints_as(G.policy_evaluation(P, R, uniform, G.Args().gamma)[G.START], -0.756, 3)
+    v_star = G.value_iteration(P, R, G.Args().gamma)[0][G.START]
+    assert prints_as(v_star, 0.416, 3)
+    writer = WriterRecorder()
+    G.train(G.Args(), writer, verbose=False)
+    logged = {tag: [value for _, value in points] for tag, points in writer.scalars.items()}
+    curve = writer.scalars["charts/true_return"]  # (transitions, J) after each update
+    assert prints_as(curve[0][1], -0.590, 3)
+    reached = next(i for i, (_, j) in enumerate(curve) if v_star - j <= G.NEAR_OPTIMAL)
+    assert reached + 1 == 32 and curve[reached][0] == 16_384
+    assert prints_as(logged["losses/approx_kl"][0], 0.027, 3) and prints_as(logged["losses/clipfrac"][0], 0.28, 2)
+    assert prints_as(logged["losses/final_kl"][0], 0.046, 3)
+    for tag in ("losses/approx_kl", "losses/clipfrac"):  # "both fall toward zero as the policy converges"
+        assert logged[tag][-1] < logged[tag][0] / 4
+
+
+def test_the_figures_docs_gridworld_md_states_for_seeds_1_to_5_and_both_switches():
+    """docs/gridworld.md: seeds 1 to 5 end between 0.409 and 0.411, critic errors 0.032 to 0.077, greedy optimal in
+    70% to 90% of all cells; with --anneal-lr between 0.401 and 0.404, with --clip-vloss 0.407 to 0.411."""
+    default = doc_seeds()
+    assert spans([g["true_return"] for g in default], 0.409, 0.411, 3)
+    assert spans([g["critic_max_error"] for g in default], 0.032, 0.077, 3)
+    assert spans([g["greedy_optimal_fraction_all_cells"] for g in default], 0.7, 0.9, 2)
+    assert spans([g["true_return"] for g in doc_seeds(anneal_lr=True)], 0.401, 0.404, 3)
+    assert spans([g["true_return"] for g in doc_seeds(clip_vloss=True)], 0.407, 0.411, 3)
+
+
+def test_the_figures_docs_gridworld_md_states_for_the_ablation_table_and_its_learning_rate_sweep():
+    """docs/gridworld.md: the ablation table's rows (seed 1's J is tested above), every clipped seed within 0.061 of V*
+    and every unclipped one below zero; the sweep: at 0.2 one clipped seed fails (0.191), at 0.3 clipped runs fail."""
+    documented = {  # seed: (J clip, entropy clip, J no clip, entropy no clip), as the table prints them
+        1: (None, 0.200, None, 0.003),
+        2: (0.405, 0.148, -0.098, 0.032),
+        3: (0.394, 0.048, -0.204, 0.001),
+        4: (0.410, 0.152, -0.064, 0.001),
+        5: (0.355, 0.960, -0.186, 0.001),
+    }
+    table = G.run_ablation(G.Args())
+    clip, none = table["runs"]["clip"], table["runs"]["none"]
+    for c, n in zip(clip, none):
+        row = (c["true_return"], c["entropy_start"], n["true_return"], n["entropy_start"])
+        expected = documented[c["seed"]]
+        assert all(prints_as(x, e, 3) for x, e in zip(row, expected) if e is not None), (row, expected)
+    v_star = table["optimal_return"]
+    assert max(v_star - r["true_return"] for r in clip) <= 0.061  # "every seed ends within 0.061 of V*"
+    assert all(r["true_return"] < 0 for r in none)  # "every seed ends below zero"
+    swept = {}
+    for rate in (0.2, 0.3):
+        ablation = G.ABLATION | {"learning_rate": rate}
+        runs = [G.train(G.Args(**ablation, seed=seed), verbose=False)[1] for seed in range(1, G.ABLATION_SEEDS + 1)]
+        swept[rate] = [g["true_return"] for g in runs if v_star - g["true_return"] > RATE_SWEEP_FAILURE]
+    assert len(swept[0.2]) == 1 and prints_as(swept[0.2][0], 0.191, 3)  # one clipped seed fails, at 0.191
+    assert len(swept[0.3]) >= 2  # clipped runs (three of five, below zero) carried past the trust region
+
+
+def test_the_figures_docs_gridworld_md_states_for_the_surrogate_near_pi(tmp_path):
+    """docs/gridworld.md: L(pi') matches J(pi') to within 0.004 up to a max KL of 0.01, then falls behind
+    (pessimistic); TRPO's bound is already -3.5 at a max KL of 0.008."""
+    rows = G.run_surrogate_study(G.Args(), str(tmp_path))["rows"]
+    near, far = [r for r in rows if r["max_kl"] <= 0.01], [r for r in rows if r["max_kl"] > 0.01]
+    assert len(near) == 5 and all(abs(r["surrogate"] - r["true_return"]) <= 0.004 for r in near)
+    assert all(r["true_return"] - r["surrogate"] > 0.004 for r in far)  # behind it, and by more
+    (at_0_008,) = [r for r in rows if round(r["max_kl"], 3) == 0.008]
+    assert prints_as(at_0_008["bound"], -3.5, 1)

@@ -188,6 +188,45 @@ def test_the_tuned_swimmer_flags_are_the_best_trial_of_the_committed_study_of_th
     assert settings["script"] == "ppo_continuous.py" and settings["space"] == json.loads(json.dumps(space))
 
 
+SWIMMER_TABLE_FLAGS = (  # docs/tuning.md's Swimmer table, its columns after the objective
+    "learning-rate", "num-steps", "num-minibatches", "update-epochs", "gamma",
+    "gae-lambda", "clip-coef", "ent-coef", "vf-coef", "max-grad-norm",
+)  # fmt: skip
+PRUNED_AT_THIRD_REPORT, THIRD_REPORT_STEP = 17, 90_000
+
+
+def test_the_swimmer_study_prose_and_top_5_table_are_what_the_committed_study_holds(tmp_path):
+    """docs/tuning.md: 41 finished trials in 57 minutes, 20 complete and 21 pruned (17 at their third report, 90k
+    steps; 3.0 minutes a complete trial, 1.9 a pruned one), the top-5 table, entropy bonuses of 0.005 to 0.06, and the
+    learning rate and the entropy coefficient first by PED-ANOVA importance."""
+    shutil.copy(ROOT / "benchmarks" / "records" / "swimmer-study.db", tmp_path)  # opening it may write to it
+    study = optuna.load_study(study_name="swimmer", storage=f"sqlite:///{tmp_path / 'swimmer-study.db'}")
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert (len(trials), len(complete), len(pruned)) == (41, 20, 21)
+    minutes = lambda ts: [(t.datetime_complete - t.datetime_start).total_seconds() / 60 for t in ts]
+    span = max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)
+    assert round(span.total_seconds() / 60) == 57
+    assert (round(np.mean(minutes(complete)), 1), round(np.mean(minutes(pruned)), 1)) == (3.0, 1.9)
+    third = [t for t in pruned if sorted(t.intermediate_values) == [30_000, 60_000, THIRD_REPORT_STEP]]
+    assert len(third) == PRUNED_AT_THIRD_REPORT
+    page = (ROOT / "docs" / "tuning.md").read_text()
+    rows = page.split("| trial | last 10 episodes at 300k |")[1].split("\n\n")[0].splitlines()[2:]
+    best = sorted(complete, key=lambda t: t.value, reverse=True)[:5]
+    documented = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in rows]
+    assert documented == [
+        [str(t.number), f"{t.value:.1f}", *(tune.cell(t, name) for name in SWIMMER_TABLE_FLAGS)] for t in best
+    ]
+    assert {t.params["gamma"] for t in best} == {0.995, 0.9999}  # "gamma 0.995 or 0.9999"
+    ent = [t.params["ent-coef"] for t in best]
+    assert (round(min(ent), 3), round(max(ent), 2)) == (0.005, 0.06)
+    importances = optuna.importance.get_param_importances(
+        study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+    )
+    assert list(importances)[:2] == ["learning-rate", "ent-coef"]  # "mattered most"
+
+
 def test_a_trials_values_reach_the_script_as_its_own_flags():
     params = {"learning-rate": 0.00037941879346696484, "num-steps": 512, "gamma": 0.9999, "clip-vloss": False}
     args = tyro.cli(C.Args, args=tune.as_flags(params | {"norm-adv": True}))

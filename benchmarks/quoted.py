@@ -34,6 +34,8 @@ QUOTED_IN: dict[str, list[str]] = {
         f"beat the defaults in every run, {pm('tuned/study/Swimmer')} against {pm('tuned/defaults/Swimmer')} over 4"
         f" seeds (P(better) {{tuned/Swimmer/tuned/p:.2f}}, 95% interval {{tuned/Swimmer/tuned/p_ci}}):",
         f"On Hopper-v4 (1M steps, 3 seeds) it evaluated {{{MUJOCO}/Hopper/mean/eval:.0f}} against 2470,",
+        "which three seeds do not separate (P(higher) = {reward-scaling/evaluation/p:.2f}, 95% CI"
+        " {reward-scaling/evaluation/p_ci}).",
         "the IQM of the {paper7/default/runs} runs is {paper7/default/iqm:.2f} (95% interval {paper7/default/iqm_ci};",
         f"one Swimmer seed of three stayed at {{{MUJOCO}/Swimmer/3/last_100:.0f}} (a tuned",
         "this project's mean over its last 10 is {ratio/HalfCheetah/cleanrl-here:.1f} times that.",
@@ -79,6 +81,8 @@ QUOTED_IN: dict[str, list[str]] = {
         f" {{{ATARI}/seed3/min/sps:.0f}} to {{{ATARI}/seed3/max/sps:.0f}} SPS, beside",
     ],
     "docs/studies.md": [
+        "than a gymnasium one is {reward-scaling/evaluation/p:.2f} {reward-scaling/evaluation/p_ci}"
+        " ({reward-scaling/last-200k-steps/p:.2f} {reward-scaling/last-200k-steps/p_ci} over the last 200k steps;",
         "(two runs at a time, {flags/compile/all/min/minutes:.0f} to {flags/compile/all/max/minutes:.0f} minutes each)",
         f"than the defaults (P = {p('table1', 'none')}), as in the paper. On HalfCheetah and Walker2d each of its"
         f" runs ended below each of the defaults' (HalfCheetah {runs('table1/none/HalfCheetah')}; Walker2d"

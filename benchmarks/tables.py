@@ -783,12 +783,19 @@ def flags_blocks(grids: dict[str, dict], random: dict[str, float]) -> tuple[dict
     return blocks, quoted
 
 
+def reward_scaling_stats(figures: dict[str, tuple[list[float], list[float]]]) -> dict[str, dict]:
+    """Per figure, P(a run with baselines' reward scaling scores higher than one with gymnasium's NormalizeReward)."""
+    out = {}
+    for what, (baselines, gymnasium) in figures.items():
+        matrices = {"baselines": np.array(baselines)[:, None], "gymnasium": np.array(gymnasium)[:, None]}
+        out[what] = intervals(matrices, "gymnasium")["baselines"]
+    return out
+
+
 def reward_scaling_lines(figures: dict[str, tuple[list[float], list[float]]]) -> list[str]:
     """P(a run with baselines' reward scaling scores higher than one with gymnasium's NormalizeReward), per figure."""
     parts = []
-    for what, (baselines, gymnasium) in figures.items():
-        matrices = {"baselines": np.array(baselines)[:, None], "gymnasium": np.array(gymnasium)[:, None]}
-        stats = intervals(matrices, "gymnasium")["baselines"]
+    for what, stats in reward_scaling_stats(figures).items():
         low, high = stats["p_improve_ci"]
         parts.append(f"{what} {stats['p_improve']:.2f} [{low:.2f}, {high:.2f}] ({verdict(stats)})")
     head = "Reward scaling on Hopper-v4 (1M steps, 3 seeds): P(baselines' semantics higher than NormalizeReward)"
@@ -901,6 +908,9 @@ def build(runs_dir: str | None, records_dir: str) -> tuple[dict, dict[str, list[
                 stats = study_stats(found, ["defaults", "tuned"], random, "defaults", (env_id,))
                 quoted |= stats_figures(f"tuned/{short(env_id)}", stats)
     blocks["reward-scaling"] = reward_scaling_lines(REWARD_SCALING_HOPPER)
+    for what, stats in reward_scaling_stats(REWARD_SCALING_HOPPER).items():  # reward-scaling/evaluation/p, ...
+        name = f"reward-scaling/{what.replace(' ', '-')}"
+        quoted |= {f"{name}/p": stats["p_improve"], f"{name}/p_ci": "[{:.2f}, {:.2f}]".format(*stats["p_improve_ci"])}
     blocks["per-seed"] = per_seed(grids)
     return grids, blocks, quoted, panels
 

@@ -234,9 +234,32 @@ def test_every_link_on_the_pages_reaches_a_file_and_each_anchor_a_heading_there(
     )
 
 
+# Collects the suite in a child pytest and prints, per test, the reasons of its skipif marks (whatever their conditions
+# here): the README's skip breakdown is checked on any machine, with or without a GPU or a Slurm cluster.
+COLLECT_SKIP_REASONS = """
+import json, sys, pytest
+class Reasons:
+    def pytest_collection_finish(self, session):
+        found = [[m.kwargs.get("reason", "") for m in item.iter_markers("skipif")] for item in session.items]
+        print("SKIP-REASONS " + json.dumps(found))
+sys.exit(pytest.main(["--collect-only", "-q", "-n0", "-p", "no:cacheprovider"], plugins=[Reasons()]))
+"""
+
+# The README's words for each skip (a pattern), and a piece of the reason its tests' marks give.
+README_SKIPS = {
+    "need a GPU": "CUDA GPU",
+    "of them two": "two CUDA GPUs",  # "2 need a GPU, one of them two"
+    "a CPU with bf16": "AVX512-BF16",
+    "libEGL": "libEGL",
+    "a Slurm cluster": "Slurm cluster",
+    "runs? only without wandb": "wandb is installed",
+}
+
+
 def test_the_readme_s_set_up_is_what_ci_runs_its_torch_pin_and_its_test_count_the_suite_s():
     """.ci/run runs exactly the README's three set-up and test commands (a fresh clone passes with nothing else), the
-    CPU-only install names the pinned torch, and the README's count of tests is what pytest collects."""
+    CPU-only install names the pinned torch, and the README's count of tests, and of the tests each missing piece
+    skips, is what pytest collects."""
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Set-up and tests")[1].split("```bash\n")[1].split("```")[0]
     uncommented = [re.sub(r"\s+#.*$", "", line) for line in block.splitlines()]
@@ -244,12 +267,22 @@ def test_the_readme_s_set_up_is_what_ci_runs_its_torch_pin_and_its_test_count_th
     assert len(uncommented) == 3 and ci[-3:] == uncommented, (ci, uncommented)
     (pin,) = re.findall(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M)
     assert f"pip install torch=={pin} --index-url" in " ".join(readme.split())
-    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n0", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-c", COLLECT_SKIP_REASONS]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (collected,) = re.findall(r"^(\d+) tests? collected", proc.stdout, flags=re.M)
     (said,) = re.findall(r"^pytest +# (\d+) tests", block, flags=re.M)
     assert int(said) == int(collected), f"the README says {said} tests, pytest collects {collected}"
+    (reasons,) = re.findall(r"^SKIP-REASONS (.*)$", proc.stdout, flags=re.M)
+    reasons = json.loads(reasons)
+    assert len(reasons) == int(collected)
+    (line,) = re.findall(r"^pytest +# \d+ tests \((.*?)\)", block, flags=re.M)
+    for words, piece in README_SKIPS.items():
+        (count,) = re.findall(rf"(\w+) {words}", line) or [None]
+        assert count is not None, f"the README's test line no longer names {words!r}: {line}"
+        number = int(count) if count.isdigit() else {"one": 1, "two": 2}[count]
+        marked = sum(any(piece in reason for reason in item) for item in reasons)
+        assert number == marked, f"the README says {count} {words}; {marked} tests carry a skip mark naming {piece!r}"
 
 
 def test_the_repository_is_as_ruff_formats_and_lints_it():

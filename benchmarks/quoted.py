@@ -5,9 +5,10 @@ figure in it is no longer what the records give; `tables.py --write` puts the re
 phrase matches any run of spaces and line breaks.
 
 Names: {grid}/{variant}/{env}/{seed}/{figure} for one run (env without -v4 or NoFrameskip-v4; figure last_10,
-last_100, eval, minutes, sps, human), {grid}/{variant}/{env}/{mean|std|min|max}/{figure} over its seeds,
-{grid}/{variant}/{all|seed1|...}/{min|max}/{minutes|sps} over a setting's envs, and the intervals and ratios build()
-names beside its tables ({study}/{setting}/{p|p_ci|iqm|iqm_ci|runs|verdict}, ratio/{env}/cleanrl, ...).
+last_100, eval, minutes, sps, human, reset_share: the % of the steps that were autoreset steps, Atari),
+{grid}/{variant}/{env}/{mean|std|min|max}/{figure} over its seeds, {grid}/{variant}/{all|seed1|...}/{min|max}/
+{minutes|sps} over a setting's envs, and the intervals and ratios build() names beside its tables
+({study}/{setting}/{p|p_ci|iqm|iqm_ci|runs|verdict}, ratio/{env}/cleanrl, ...).
 """
 
 
@@ -167,5 +168,7 @@ QUOTED_IN: dict[str, list[str]] = {
         f" 1760 and 1738 against {pm(MUJOCO + '/HalfCheetah', 'last_10')} at 1M steps. Over the three envs of the"
         f" study the two are not separated (P(better than the defaults) = {p(DETAILS, 'init-std-1.0')}):",
         f"on average ({{{MUJOCO}/Hopper/mean/eval:.0f}} against 2470),",
+        "(about {atari-10m/default/Breakout/mean/reset_share:.1f}% of Breakout's steps at 10M,"
+        " {atari-10m/default/Pong/mean/reset_share:.2f}% of Pong's: one a life lost).",
     ],
 }

@@ -100,6 +100,9 @@ REWARD_SCALING_HOPPER = {
 HUMAN_ATARI = {"BreakoutNoFrameskip-v4": 31.8, "PongNoFrameskip-v4": 9.3, "BeamRiderNoFrameskip-v4": 5775.0}
 # Random agents on Atari (Mnih et al. 2015), and the PPO paper's last-100-episode scores at 10M steps.
 RANDOM_ATARI = {"BreakoutNoFrameskip-v4": 1.7, "PongNoFrameskip-v4": -20.7, "BeamRiderNoFrameskip-v4": 363.9}
+# Learning episodes a game ends in: one a life (the ALE's lives() at a game's start; Pong has none, so one), each
+# followed by an autoreset step that counts toward the budget but is not trained on (docs/choices.md).
+DONES_PER_GAME = {"BreakoutNoFrameskip-v4": 5, "PongNoFrameskip-v4": 1, "BeamRiderNoFrameskip-v4": 3}
 PAPER_ATARI = {
     "BreakoutNoFrameskip-v4": "274.8 (10M)",
     "PongNoFrameskip-v4": "20.7 (10M)",
@@ -949,10 +952,12 @@ def run_figures(prefix: str, runs: list[dict], env_id: str) -> dict[str, float]:
         if key == "human":  # the human-normalized last 100 (Atari)
             low, high = RANDOM_ATARI.get(env_id, math.nan), HUMAN_ATARI.get(env_id, math.nan)
             return (r["last_100"] - low) / (high - low)
+        if key == "reset_share" and r.get("episodes") and r.get("steps"):  # % of the steps that are autoreset steps
+            return 100 * DONES_PER_GAME.get(env_id, math.nan) * r["episodes"] / r["steps"]
         return math.nan if r.get(key) is None else r[key]
 
     out = {}
-    for key in ("last_10", "last_100", "eval", "minutes", "sps", "human"):
+    for key in ("last_10", "last_100", "eval", "minutes", "sps", "human", "reset_share"):
         values = [(r["seed"], figure(r, key)) for r in runs]
         values = [(seed, v) for seed, v in values if not math.isnan(v)]
         out |= {f"{prefix}/{seed}/{key}": v for seed, v in values}

@@ -10,13 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ale_py
 import cores
 import grid
+import gymnasium as gym
 import numpy as np
 import pytest
 import tables
 from conftest import HANG_TIMEOUT, ROOT, finished_run_folder
 from scipy import stats
+
+gym.register_envs(ale_py)
 
 
 def tool(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -1015,6 +1019,23 @@ def test_a_quoted_spread_is_the_tables_population_std_and_a_quoted_human_score_r
     assert figures["atari/default/Pong/1/human"] == pytest.approx(0.5)
     assert figures["atari/default/Pong/2/human"] == pytest.approx(1.0) == figures["atari/default/Pong/max/human"]
     assert "atari/default/Pong/1/eval" not in figures  # no evaluation recorded: no figure, not NaN
+
+
+def test_the_share_of_autoreset_steps_is_one_step_a_life_lost_over_the_runs_steps_as_many_as_the_ale_gives_lives():
+    """docs/choices.md's 'about 0.4% of Breakout's steps': a game of Breakout ends 5 learning episodes (EpisodicLife),
+    each followed by an autoreset step; Pong has no lives, so one a game."""
+    runs = [{"seed": s, "episodes": n, "steps": 10_000, "last_100": 0.0} for s, n in ((1, 40), (2, 60))]
+    figures = tables.run_figures("atari-10m/default/Breakout", runs, "BreakoutNoFrameskip-v4")
+    assert figures["atari-10m/default/Breakout/1/reset_share"] == pytest.approx(2.0)  # 5 x 40 of 10,000 steps, in %
+    assert figures["atari-10m/default/Breakout/mean/reset_share"] == pytest.approx(2.5)
+    figures = tables.run_figures("atari-10m/default/Pong", runs, "PongNoFrameskip-v4")
+    assert figures["atari-10m/default/Pong/2/reset_share"] == pytest.approx(0.6)
+    assert not any("reset_share" in k for k in tables.run_figures("mujoco/default/Hopper", runs, "Hopper-v4"))
+    for env_id, dones in tables.DONES_PER_GAME.items():
+        env = gym.make(env_id)
+        env.reset(seed=1)
+        assert max(env.unwrapped.ale.lives(), 1) == dones, env_id
+        env.close()
 
 
 def test_a_settings_minutes_and_sps_over_its_envs_and_per_seed_take_its_own_runs_only():

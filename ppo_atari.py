@@ -468,7 +468,7 @@ def collect_rollout(
 # 6. Update -----------------------------------------------------------------------------------
 
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
-MIN_MINIBATCH = 4  # samples, checked by check_args: a std needs 2, and dropped autoreset steps can halve a minibatch
+MIN_MINIBATCH = 4  # samples of each process (check_args): a std needs 2, dropped autoreset steps can halve them
 
 
 def minibatch_moments(x: Tensor, slices: list[slice]) -> list[tuple[Tensor, Tensor]]:
@@ -1048,9 +1048,9 @@ def check_args(args: Args) -> str | None:
     for name in ("save_every", "eval_episodes", "vf_coef"):
         if getattr(args, name) < 0:
             return f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}"
-    if (args.num_envs * args.num_steps) % args.num_minibatches or args.minibatch_size < MIN_MINIBATCH:
-        batch = f"the batch of {args.num_envs * args.num_steps} (--num-envs x --num-steps)"
-        return f"--num-minibatches {args.num_minibatches} does not divide {batch} into minibatches of {MIN_MINIBATCH}+"
+    if (batch := args.num_envs * args.num_steps) % args.num_minibatches or batch < args.num_minibatches * MIN_MINIBATCH:
+        what = f"the batch of {batch} (--num-envs x --num-steps, each process's)"
+        return f"--num-minibatches {args.num_minibatches} does not divide {what} into minibatches of {MIN_MINIBATCH}+"
     if args.total_timesteps < args.batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch of {args.batch_size}"
     if min(args.learning_rate, args.clip_coef, args.kl_target, args.kl_beta, args.max_grad_norm) <= 0:

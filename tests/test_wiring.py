@@ -705,6 +705,21 @@ def test_under_torchrun_each_process_s_batch_must_split_into_the_minibatches(mon
     assert C.check_args(C.Args(env_id="Pendulum-v1", num_envs=2, num_steps=5, num_minibatches=2)) is None
 
 
+def test_under_torchrun_each_process_s_minibatches_must_hold_four_samples_not_only_the_global_ones(monkeypatch):
+    """4 processes of 1 env x 4 steps in 4 minibatches: global minibatches of 4, but each process's holds 1, and
+    once an autoreset step is dropped one of its slices is empty (NaN losses: the run stopped as non-finite)."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert [s.stop - s.start for s in C.minibatch_slices(3, 4)].count(0) == 1  # 3 real samples of 4 in 4 slices
+    for module, env_id in ((C, "Pendulum-v1"), (A, "BreakoutNoFrameskip-v4")):
+        args = module.Args(env_id=env_id, num_envs=1, num_steps=4, num_minibatches=4)
+        assert args.minibatch_size == module.MIN_MINIBATCH
+        error = module.check_args(args)
+        assert (
+            error is not None and "does not divide the batch of 4 (--num-envs x --num-steps, each process's)" in error
+        )
+        assert module.check_args(module.Args(env_id=env_id, num_envs=1, num_steps=16, num_minibatches=4)) is None
+
+
 def test_under_torchrun_the_budget_must_hold_one_global_batch(monkeypatch):
     """--total-timesteps counts every process's steps: a budget of one process's batch but not of the global one
     would run no iteration, and evaluate and summarize an untrained agent at step 0."""

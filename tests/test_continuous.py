@@ -180,6 +180,17 @@ def test_kl_k3_is_never_negative():
     assert C.kl_k3(logratio).min().item() >= 0
 
 
+def test_kl_k3_of_a_policy_that_barely_moved_is_its_float64_value_not_rounding():
+    """Near the first steps of an update log-ratios are ~1e-4 and k3 ~ x^2 / 2 ~ 5e-9, below float32's rounding of
+    exp(x) - 1 (~6e-8): expm1 keeps it, never negative, its mean within 0.1% (what approx KL and --target-kl read)."""
+    logratio = torch.linspace(-3e-4, 3e-4, 601, dtype=torch.float32)
+    exact = torch.expm1(logratio.double()) - logratio.double()
+    k3 = C.kl_k3(logratio)  # ppo_atari.py's is the same function (test_atari checks the shared ones line for line)
+    assert k3.dtype == torch.float32 and k3.min().item() >= 0
+    assert k3.double() == pytest.approx(exact, abs=1e-10)  # exp(x) - 1 in float32 errs by up to ~6e-8
+    assert k3.double().mean().item() == pytest.approx(exact.mean().item(), rel=1e-3)
+
+
 def test_explained_variance_of_a_perfect_prediction_is_one():
     assert C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])) == pytest.approx(1.0)
     assert np.isnan(C.explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.ones(3)))  # constant returns: undefined

@@ -1196,6 +1196,27 @@ def test_natural_step_with_advantages_equal_in_every_state_leaves_the_logits(adv
     assert np.array_equal(G.natural_step(z, np.full((5, 4), advantage), 0.01), z)
 
 
+def test_natural_step_with_nearly_flat_advantages_takes_a_huge_finite_step_within_the_limit():
+    """Advantages one part in 10,000 apart in one state: eta = sqrt(2 delta / F) is in the thousands, and the tilted
+    logits z + eta A pass exp's range (about 709) unless the softmax subtracts each row's maximum."""
+    z, adv, delta = np.zeros((3, 4)), np.ones((3, 4)), 0.01
+    adv[0, 1] += 1e-4
+    stepped = G.natural_step(z, adv, delta)
+    assert np.isfinite(stepped).all() and np.abs(stepped).max() > 709
+    pi = G.softmax(stepped)
+    assert np.isfinite(pi).all() and pi.sum(-1) == pytest.approx(1.0)
+    assert 0 < np.mean(G.kl_divergence(G.softmax(z), pi)) <= delta
+
+
+def test_softmax_entropy_and_kl_hold_on_logits_far_apart_and_on_exact_zeros():
+    """A policy can be deterministic to the last bit: its entropy is 0 and KL(p || p) is 0, not NaN from 0 * log 0."""
+    pi = G.softmax(np.array([[1000.0, 0.0, -1000.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
+    assert pi[0].tolist() == [1.0, 0.0, 0.0, 0.0] and pi[1] == pytest.approx(0.25)
+    assert G.entropy(pi).tolist() == [0.0, pytest.approx(np.log(4))]
+    assert G.kl_divergence(pi, pi) == pytest.approx([0.0, 0.0], abs=1e-15)
+    assert np.isfinite(G.kl_divergence(pi[[1]], pi[[0]])).all()  # a zero where p is not: huge, never inf or NaN
+
+
 def test_importance_estimate_is_the_plain_mean_of_w_f_not_self_normalized():
     """The unbiased estimate mean(w f), not the self-normalized sum(w f) / sum(w): weights 0.5 and 2 on f = 1, 2
     give (0.5 + 4) / 2 = 2.25 (self-normalized: 1.8)."""

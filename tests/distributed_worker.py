@@ -11,6 +11,7 @@ torchrun --standalone --nproc-per-node 2 tests/distributed_worker.py train OUT_D
 import dataclasses
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -85,7 +86,11 @@ def train(out_dir: str, flags: list[str]) -> None:
         return real_collect(envs, agent, buf, state, device)
 
     C.save_checkpoint, C.collect_rollout = save_and_dump, collect
-    C.main(tyro.cli(C.Args, args=flags))
+    try:
+        C.main(tyro.cli(C.Args, args=flags))
+    except SystemExit as stop:  # each rank's exit code, which torchrun does not print when a Ctrl-C stops it too
+        Path(f"{out_dir}/exit{C.RANK}.txt").write_text(str(stop.code))
+        raise
 
 
 def collectives(out_dir: str) -> None:

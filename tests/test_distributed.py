@@ -164,12 +164,12 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
     flags = [*PENDULUM, "--total-timesteps", "8192", "--save-every", "1", "--eval-episodes", "0"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     launcher = subprocess.Popen(
-        [*cmd, str(ROOT / "ppo_continuous.py"), *flags],
+        [*cmd, WORKER, "train", str(tmp_path), "--", *flags],  # the script's main, each rank's exit code kept
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ | TORCHRUN_ENV,
+        env=os.environ | TORCHRUN_ENV | {"PYTHONPATH": str(ROOT)},
         start_new_session=True,
     )
     wait_for_checkpoint(launcher, tmp_path)
@@ -178,6 +178,10 @@ def test_ctrl_c_stops_both_ranks_at_one_iteration_and_the_run_resumes_on_any_num
     # no rank died in a traceback of the script's (torchrun's own SignalException is how its launcher ends)
     assert 'ppo_continuous.py", line' not in err, err[-3000:]
     assert "resume with: torchrun" in err
+    # every rank stopped as a stop does, with the same 128 + signal: 130 for the Ctrl-C (143 had torchrun's own
+    # SIGTERM to its workers reached a rank first), never 1 or a cut-short -2
+    codes = [(tmp_path / f"exit{rank}.txt").read_text() for rank in (0, 1)]
+    assert codes[0] == codes[1] in ("130", "143"), codes
     checkpoint = only_run(tmp_path) / C.CHECKPOINT
     stopped = torch.load(checkpoint, weights_only=True)["progress"]
     assert 0 < stopped["global_step"] < 8192 and stopped["global_step"] % 512 == 0

@@ -232,6 +232,12 @@ def test_minibatch_slices_cover_the_batch_in_parts_that_differ_by_at_most_one(ba
     assert [i for s in slices for i in range(batch_size)[s]] == list(range(batch_size))
 
 
+def test_a_batch_cut_by_dropped_autoreset_steps_splits_where_the_published_runs_split_it():
+    """Which samples share a minibatch is part of a run's numbers when the kept samples do not divide evenly: the
+    bounds are k * B / M rounded (numpy's half to even), 10 in 4 cut at 2, 5, 8, not truncated (2, 5, 7)."""
+    assert [(s.start, s.stop) for s in C.minibatch_slices(10, 4)] == [(0, 2), (2, 5), (5, 8), (8, 10)]
+
+
 def test_gaussian_log_prob_and_the_policys_entropy_match_torch_normal():
     mean, log_std = torch.randn(5, 3), torch.randn(1, 3).expand(5, 3)
     action = torch.randn(5, 3)

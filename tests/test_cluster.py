@@ -13,7 +13,7 @@ from pathlib import Path
 
 import cluster
 import pytest
-from conftest import HANG_TIMEOUT, ROOT, SLOW_POINTMASS, STEP_S, finished_run_folder, scalars
+from conftest import HANG_TIMEOUT, ROOT, SLOW_POINTMASS, STEP_S, finished_run_folder, scalars, wait_for_checkpoint
 
 POINTMASS = ["--env-id", "pointmass:PointMass-v0", "--eval-episodes", "2"]
 ENV = os.environ | {"PYTHONPATH": str(ROOT / "examples"), "OMP_NUM_THREADS": "1"}  # as the tasks' one CPU
@@ -85,6 +85,36 @@ def test_a_task_cut_by_its_time_limit_is_requeued_and_its_run_ends_at_its_exact_
     assert any("resuming at step" in line for line in resumed)  # the requeued task went on from the checkpoint
     assert any(line.startswith("SIGTERM: stopping after this iteration") for line in resumed)  # stopped, not killed
     assert any(line.startswith("saved ") and "resume with" in line for line in resumed)  # saved as it stopped
+
+
+@needs_slurm
+def test_a_task_preempted_and_requeued_by_slurm_itself_resumes_its_run_and_ends_at_its_exact_budget(tmp_path):
+    """`scontrol requeue`, as a preemption with PreemptMode=REQUEUE does: Slurm sends every process of the job
+    SIGTERM (SIGKILL KillWait later), the script saves at the end of its iteration, and Slurm starts the task again,
+    which resumes the run from that checkpoint. A ten-minute limit: no warning comes, the requeue is Slurm's own."""
+    (tmp_path / "slowpoint.py").write_text(SLOW_POINTMASS.replace("STEP_S", repr(STEP_S)))
+    num_steps, budget = 256, 48 * 256  # 49 s asleep: requeued in its first seconds, it has most of its run left
+    flags = ["--seeds", "1", "--name", "pre", "--", "--env-id", "slowpoint:SlowPointMass-v0", "--eval-episodes", "1"]
+    flags += ["--total-timesteps", str(budget), "--num-steps", str(num_steps), "--save-every", "1"]
+    env = ENV | {"PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), "run", "--slurm", "--dir", str(tmp_path)]
+    cmd += ["--time", "10", "--wait", *flags]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    folder = wait_for_checkpoint(proc, tmp_path).parent
+    job = json.loads(next((tmp_path / "slurm").glob("*.json")).read_text())["job"]
+    requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert requeue.returncode == 0, requeue.stderr
+    out, err = proc.communicate(timeout=HANG_TIMEOUT)
+    assert proc.returncode == 0 and "done  " in out, out + err
+    assert json.loads((folder / "summary.json").read_text())["global_step"] == budget
+    logs = "".join(p.read_text() for p in (tmp_path / "slurm").glob("*/*_log.out"))
+    assert logs.count("Starting with JobEnvironment") == 2 and "Requeued job" not in logs  # Slurm's requeue
+    steps = [step for step, _ in scalars(folder)["charts/SPS"]]  # one per iteration, each once, in order
+    assert steps == [num_steps * k for k in range(1, budget // num_steps + 1)]
+    resumed = [line for line in (tmp_path / "logs").glob("*.log") for line in line.read_text().splitlines()]
+    assert any(line.startswith("SIGTERM: stopping after this iteration") for line in resumed)  # Slurm's SIGTERM
+    assert any(line.startswith("saved ") and "resume with" in line for line in resumed)  # saved before KillWait
+    assert any("resuming at step" in line for line in resumed)  # the task Slurm started again went on from there
 
 
 @needs_slurm

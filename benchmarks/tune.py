@@ -499,7 +499,9 @@ def storage_file(url: str) -> str | None:
     neither is refused."""
     if "://" not in url and not url.endswith(".log"):
         raise BadInput(f"--storage {url}: give an RDB URL (sqlite:///file.db) or a journal file (*.log)")
-    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None if "://" in url else url
+    if url.startswith("sqlite:///"):
+        return sqlalchemy.engine.make_url(url).database  # the path, without a ?query of connection options
+    return None if "://" in url else url
 
 
 def open_storage(url: str):
@@ -757,10 +759,10 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
     threads = args.threads or max(1, usable_cores() // len(args.seeds))
     setup = Study(args.study, args.script, fixed, args.seeds, args.objective, args.last_episodes, budget,
                   os.path.join(out_dir, "runs"), threads)  # fmt: skip
-    failures: list[bool] = []  # per trial of this worker: did its script fail
+    failures: list[str | None] = []  # per trial of this worker: its script's error, None for a value or a prune
 
     def failing() -> bool:
-        return len(failures) >= args.max_failures and all(failures[-args.max_failures :])
+        return len(failures) >= args.max_failures and None not in failures[-args.max_failures :]
 
     def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         value = f" {trial.value:.2f}" if trial.value is not None else ""
@@ -768,7 +770,8 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
             value = f" at step {max(trial.intermediate_values)} ({value.strip()})"
         error = f": {trial.user_attrs.get('error') or trial.user_attrs.get('refused') or ''}".removesuffix(": ")
         print(f"trial {trial.number} {trial.state.name.lower()}{value} {' '.join(as_flags(trial.params))}{error}")
-        failures.append(trial.state == optuna.trial.TrialState.FAIL and "error" in trial.user_attrs)
+        failed = trial.state == optuna.trial.TrialState.FAIL and "error" in trial.user_attrs
+        failures.append(trial.user_attrs["error"] if failed else None)
         if failing() or len(finished(study)) >= args.trials or stop.signum:
             study.stop()
 
@@ -787,8 +790,7 @@ def run(args: argparse.Namespace, fixed: list[str]) -> None:
             say("stopped between trials; the same command resumes")
             sys.exit(128 + stop.signum)
     if failing():
-        last = study.trials[-1].user_attrs.get("error", "")
-        say(f"error: {args.max_failures} trials in a row failed, the last with {last}")
+        say(f"error: {args.max_failures} trials in a row failed, the last with {failures[-1]}")
         sys.exit(2)
     show(study, out_dir)
 

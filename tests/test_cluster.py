@@ -1,7 +1,8 @@
 """grid.py --slurm against a real Slurm: the one-node cluster benchmarks/slurm_cluster.sh starts (`.ci/run` starts it
 before the suite). A grid submitted as a job array ends with the same figures as the same grid run here; a task cut
 by its time limit is requeued and ends at its run's exact budget with a whole history, and so does one that Slurm
-itself requeues (a preemption); a failing task ends failed with its line, not requeued. Without a cluster these tests skip, saying so; the bad-input checks run everywhere."""
+itself requeues (a preemption); a failing task ends failed with its line, not requeued. Without a cluster these
+tests skip, saying so; the bad-input checks run everywhere."""
 
 import json
 import os

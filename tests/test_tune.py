@@ -984,3 +984,156 @@ def test_show_ranks_complete_trials_keeps_choices_as_given_and_gives_the_best_on
 def test_the_best_command_is_quoted_for_a_shell():
     flags = ["--env-id", "X-v0", "--env-kwargs", '{"size": 3}', "--no-clip-vloss"]
     assert shlex.split(tune.command_line("ppo_continuous.py", flags)) == ["python", "ppo_continuous.py", *flags]
+
+
+def test_every_range_of_the_default_space_is_searched_on_its_own_scale(tmp_path, monkeypatch):
+    """A log range (the learning rate, the entropy bonus) is sampled log-uniformly and a plain one (vf-coef) uniformly,
+    as Optuna records each trial's distribution: 1e-8 to 0.1 sampled uniformly would almost never go below 1e-3."""
+    monkeypatch.setattr(tune, "Trial", FakeRun)
+    monkeypatch.setattr(tune, "read_scalars", lambda folder: (0, np.zeros(0), np.zeros(0)))
+    monkeypatch.setattr(tune, "write_hparams", lambda *args: None)
+    tune.main(["run", "--study", "d", "--dir", str(tmp_path), "--trials", "1", "--", *TINY])
+    (trial,) = load(tmp_path, "d").trials
+    FloatDistribution = optuna.distributions.FloatDistribution
+    assert trial.distributions["learning-rate"] == FloatDistribution(1e-5, 1e-2, log=True)
+    assert trial.distributions["ent-coef"] == FloatDistribution(1e-8, 0.1, log=True)
+    assert trial.distributions["vf-coef"] == FloatDistribution(0.1, 1.0, log=False)
+
+
+def test_a_trial_is_pruned_before_it_runs_when_its_minibatches_do_not_divide_the_batch():
+    """The script refuses a batch that its minibatches do not divide evenly (100 steps in 3 minibatches), not only one
+    they cut too small: batch_problem agrees with check_args there too."""
+    said = []
+    for envs, steps, minibatches in itertools.product((1, 3), (96, 100), (3, 4, 8)):
+        flags = ["--num-envs", str(envs), "--num-steps", str(steps), "--num-minibatches", str(minibatches),
+                 "--total-timesteps", "4096"]  # fmt: skip
+        problem = tune.batch_problem("ppo_continuous.py", flags)
+        assert (problem is None) == (C.check_args(tyro.cli(C.Args, args=flags)) is None), (flags, problem)
+        said.append(problem is None)
+    assert any(said) and not all(said)
+    assert "3 minibatches do not split a batch of 100" in tune.batch_problem(
+        "ppo_continuous.py", ["--num-steps", "100", "--num-minibatches", "3"]
+    )
+
+
+def test_a_seed_that_exited_0_without_a_run_folder_is_a_failure_not_a_finished_run(tmp_path):
+    """A script that ends cleanly but made no run (nothing to read the objective from) fails its trial with its last
+    line, rather than passing for a finished seed (under --objective eval its summary would be looked for in None)."""
+    log = tmp_path / "u-trial0__1.log"
+    log.write_text("evaluated the checkpoint: 12.5\n")
+    run = tune.Trial.__new__(tune.Trial)
+    run.study, run.procs, run.logs = fake_study(seeds=[1]), [types.SimpleNamespace(returncode=0)], [str(log)]
+    run.folder = lambda seed: None
+    assert run.failure() == "seed 1 exit 0: evaluated the checkpoint: 12.5"
+
+
+def test_every_flag_tune_py_sets_or_that_would_replace_the_run_is_refused_fixed_or_searched():
+    """--seed, --exp-name, --save-every are tune.py's; --resume and --eval-checkpoint would make a trial another
+    run (or none): each is refused after -- and as a --param, for both scripts."""
+    for script in tune.SCRIPTS:
+        fields = tune.script_fields(script)
+        for flag in ("--seed", "--exp-name", "--resume", "--save-every", "--eval-checkpoint"):
+            assert flag[2:] in fields, (script, flag)
+            with pytest.raises(tune.BadInput, match=f"{flag} is tune.py's to set"):
+                tune.search_space(script, [], [flag, "1"])
+            with pytest.raises(tune.BadInput, match="tune.py's to set"):
+                tune.parse_param(f"{flag[2:]}=1,2", fields, script)
+
+
+def test_a_trial_checkpoints_by_its_own_batch_size_searched_values_included(tmp_path, monkeypatch):
+    """--save-every of each seed's command follows the trial's batch: a searched --num-steps 1024 (not the default
+    2048 the fixed flags leave) checkpoints twice as many iterations apart, twice a report."""
+    tune.script_module("ppo_continuous.py")  # read before Popen is replaced: the script's import runs a process
+    started = []
+    monkeypatch.setattr(tune.subprocess, "Popen", lambda cmd, **kwargs: started.append(cmd))
+    study = fake_study(budget=2 * tune.REPORTS * 4 * 1024, runs_dir=str(tmp_path / "runs"))  # 80 iterations of 1024
+    tune.Trial(study, 0, [*study.fixed, *tune.as_flags({"num-steps": 1024})])
+    assert [cmd[cmd.index("--save-every") + 1] for cmd in started] == ["4", "4"]
+
+
+def test_pruned_trials_are_no_failures_however_many_come_in_a_row(tmp_path, monkeypatch):
+    """--max-failures counts scripts that failed: trials the pruner stopped (or refused sizes pruned) in a row do not
+    end the study, which goes on to its --trials."""
+
+    def objective_fn(study, space, stop):
+        def objective(trial):
+            raise optuna.TrialPruned()
+
+        return objective
+
+    monkeypatch.setattr(tune, "objective_fn", objective_fn)
+    monkeypatch.setattr(tune, "show", lambda *args: None)
+    tune.main(["run", "--study", "p", "--dir", str(tmp_path), "--trials", "3", "--max-failures", "1", LR, "--", *TINY])
+    assert [t.state.name for t in load(tmp_path, "p").trials] == ["PRUNED"] * 3
+
+
+def test_a_run_puts_back_the_signal_handlers_it_found(tmp_path, monkeypatch):
+    """tune.main as a library call: Ctrl-C and SIGTERM reach the caller's handlers again once it returns."""
+    monkeypatch.setattr(tune, "objective_fn", lambda study, space, stop: lambda trial: 1.0)
+    monkeypatch.setattr(tune, "show", lambda *args: None)
+    mine = lambda signum, frame: None  # noqa: E731
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, mine)
+    tune.main(["run", "--study", "h", "--dir", str(tmp_path), "--trials", "1", LR, "--", *TINY])
+    assert signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is mine
+
+
+def test_a_range_is_refused_for_a_flag_that_is_no_number():
+    """LOW:HIGH samples numbers: on a text flag (--env-id) it would hand the script 1.5 for an environment's id."""
+    fields = tune.script_fields("ppo_continuous.py")
+    assert fields["env-id"] is str
+    with pytest.raises(tune.BadInput, match="a range needs a number flag"):
+        tune.parse_param("env-id=1:2", fields, "x")
+
+
+def test_the_eval_objective_keeps_the_scripts_closing_evaluation_when_the_dashes_name_none(tmp_path, monkeypatch):
+    """--objective eval scores the closing evaluation: without --eval-episodes after -- each seed runs the script's
+    default number of them (a 0 there would leave every trial without its value)."""
+    tune.script_module("ppo_continuous.py")  # read before Popen is replaced: the script's import runs a process
+    started = []
+    monkeypatch.setattr(tune.subprocess, "Popen", lambda cmd, **kwargs: started.append(cmd))
+    tune.Trial(fake_study(objective="eval", runs_dir=str(tmp_path / "runs")), 0, ["--env-id", "Pendulum-v1"])
+    assert len(started) == 2
+    for cmd in started:
+        assert tyro.cli(C.Args, args=cmd[2:]).eval_episodes == C.Args().eval_episodes > 0
+
+
+def test_a_sqlite_url_with_connection_options_locks_and_finds_its_database_file(tmp_path, monkeypatch, capsys):
+    """sqlite:///DIR/s.db?timeout=30 is the file DIR/s.db (SQLAlchemy's reading): run locks s.db.tune-lock beside
+    it, and show finds the study there, not a file named with the query."""
+    monkeypatch.setattr(tune, "objective_fn", lambda study, space, stop: lambda trial: 1.0)
+    monkeypatch.setattr(tune, "show", lambda *args: None)
+    url = f"sqlite:///{tmp_path / 's.db'}?timeout=30"
+    tune.main(["run", "--study", "q", "--dir", str(tmp_path), "--storage", url, "--trials", "1", LR, "--", *TINY])
+    assert sorted(p.name for p in tmp_path.glob("s.db*")) == ["s.db", "s.db.tune-lock"]
+    monkeypatch.undo()
+    capsys.readouterr()
+    tune.main(["show", "--study", "q", "--dir", str(tmp_path), "--storage", url])
+    assert capsys.readouterr().out.startswith("study q: 1 complete;")
+
+
+def test_max_failures_names_this_workers_last_failure_when_another_worker_took_the_newest_trial(
+    tmp_path, monkeypatch, capsys
+):
+    """The exit line repeats the failure that ended the study, not the study's newest trial: with a second worker
+    on the storage that is the other worker's trial, which has no error yet."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+
+    def objective_fn(study, space, stop):
+        def objective(trial):
+            optuna.load_study(study_name="w", storage=url).ask()  # another worker takes the next trial meanwhile
+            trial.set_user_attr("error", "seed 1 exit 1: ValueError: boom")
+            raise tune.TrialFailed("boom")
+
+        return objective
+
+    monkeypatch.setattr(tune, "objective_fn", objective_fn)
+    with pytest.raises(SystemExit) as stopped:
+        tune.main(["run", "--study", "w", "--dir", str(tmp_path), "--storage", url, "--trials", "5",
+                   "--max-failures", "1", LR, "--", *TINY])  # fmt: skip
+    assert stopped.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("1 trials in a row failed, the last with seed 1 exit 1: ValueError: boom")
+    )

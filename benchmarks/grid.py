@@ -53,7 +53,9 @@ summary.json, and their mean +- std.
 """
 
 import argparse
+import ast
 import ctypes
+import functools
 import glob
 import hashlib
 import json
@@ -190,7 +192,10 @@ class Run:
         return f"{self.env_name or 'default-env'}__{self.exp_name}__{self.seed}"
 
     def folders(self, runs_dir: str) -> list[str]:
-        pattern = f"{glob.escape(self.env_name) if self.env_name else '*'}__{self.exp_name}__{self.seed}__*"
+        """Its run folders, oldest first: its env's (the script's default where no --env-id is given), its grid's
+        and variant's name and its whole seed (seed 1 never takes seed 10's)."""
+        env_name = self.env_name or default_env_name(os.path.join(ROOT, self.script))
+        pattern = f"{glob.escape(env_name) if env_name else '*'}__{glob.escape(self.exp_name)}__{self.seed}__*"
         return sorted(glob.glob(os.path.join(runs_dir, pattern)))
 
     def state(self, runs_dir: str) -> tuple[str, str | None]:
@@ -223,6 +228,24 @@ class Run:
             f"spec.loader.exec_module(m); {self.patch}; m.main(tyro.cli(m.Args))"
         )
         return [sys.executable, "-c", code, *args]
+
+
+@functools.cache
+def default_env_name(path: str) -> str | None:
+    """The env a script's Args default to, spelt as in a run folder's name; None for a script with no such default.
+    Read from its source: importing it would load torch for a glob."""
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Args":
+            for field in node.body:
+                if isinstance(field, ast.AnnAssign) and getattr(field.target, "id", None) == "env_id" and field.value:
+                    value = field.value.value if isinstance(field.value, ast.Constant) else None
+                    return value.replace("/", "-").replace(":", "-") if isinstance(value, str) else None
+    return None
 
 
 def record_path(run: Run, records_dir: str = RECORDS_DIR) -> str:

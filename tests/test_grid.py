@@ -4,6 +4,7 @@ commit, status and record over the named grids, the minutes a run took, the page
 the exit of a grid stopped by a signal."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -456,9 +457,91 @@ def test_an_ad_hoc_grid_on_the_scripts_default_env_finds_its_runs_under_that_env
     assert grid.run(runs, runs_dir, parallel=1) == 0 and "1 of 1 done; 0 to go" in capsys.readouterr().out
 
 
+def test_an_ad_hoc_grid_on_the_default_env_never_claims_a_run_of_another_env_under_the_same_name(tmp_path):
+    """--name sweep on the script's default env (HalfCheetah-v4) and --name sweep on Hopper-v4 are two grids: the
+    first is not done because the second's seed 1 is."""
+    runs_dir = tmp_path / "runs"
+    for env in ("Hopper-v4", "HalfCheetah-v4"):
+        (runs_dir / f"{env}__seeds-sweep__1__1700000000").mkdir(parents=True)
+        (
+            runs_dir
+            / f"{env}__seeds-sweep__1__1700000000"
+            / ("summary.json" if env == "Hopper-v4" else "checkpoint.pt")
+        ).touch()
+    default_env = grid.seed_runs("ppo_continuous.py", [1], [], "sweep")[0]
+    assert default_env.state(str(runs_dir)) == ("cut", str(runs_dir / "HalfCheetah-v4__seeds-sweep__1__1700000000"))
+    atari = grid.seed_runs("ppo_atari.py", [1], [], "sweep")[0]  # Breakout's: none yet
+    assert atari.state(str(runs_dir)) == ("missing", None)
+
+
+def test_a_grid_name_with_glob_characters_finds_its_own_runs(tmp_path):
+    """A name is a name, not a pattern: --name 'lr[3e-4]' finds its finished run and nothing else."""
+    runs_dir = tmp_path / "runs"
+    for name in ("lr[3e-4]", "lr3"):
+        (runs_dir / f"Hopper-v4__seeds-{name}__1__1700000000").mkdir(parents=True)
+    (runs_dir / "Hopper-v4__seeds-lr[3e-4]__1__1700000000" / "summary.json").touch()
+    run = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "Hopper-v4"], "lr[3e-4]")[0]
+    assert run.state(str(runs_dir)) == ("done", str(runs_dir / "Hopper-v4__seeds-lr[3e-4]__1__1700000000"))
+    assert run.folders(str(runs_dir)) == [str(runs_dir / "Hopper-v4__seeds-lr[3e-4]__1__1700000000")]
+
+
 def test_parallel_below_one_is_refused_in_one_line_before_anything_is_made(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(grid, "run", lambda *a, **k: sys.exit("error: started runs it should have refused"))
     with pytest.raises(SystemExit) as refused:
         grid.main(["--seeds", "1", "--parallel", "0", "--dir", str(tmp_path), "--", "--env-id", "X"])
     assert refused.value.code == 2 and "--parallel must be positive" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_ad_hoc_run_cut_short_is_resumed_from_its_checkpoint_not_started_again_from_step_0(fake_repo, tmp_path):
+    """A cut run of the ad-hoc grid resumes as a named grid's does: --resume its checkpoint, in its own folder."""
+    (fake_repo / "ppo_continuous.py").write_text(FAKE_SCRIPT)
+    runs_dir = tmp_path / "there" / "runs"
+    (run,) = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "Hopper-v4"], "cut")
+    cut = runs_dir / "Hopper-v4__seeds-cut__1__1600000000"
+    cut.mkdir(parents=True)
+    (cut / "checkpoint.pt").write_bytes(b"")
+    assert grid.run([run], str(runs_dir), parallel=1) == 0
+    calls = [json.loads(line)["argv"] for line in (fake_repo / "calls.jsonl").read_text().splitlines()]
+    assert calls == [["--resume", str(cut / "checkpoint.pt")]]
+    assert run.state(str(runs_dir)) == ("done", str(cut)) and [p.name for p in runs_dir.iterdir()] == [cut.name]
+
+
+def test_a_seeds_runs_are_found_by_its_whole_seed_seed_1_never_passes_for_seed_10(tmp_path, capsys):
+    """Seeds 1 and 10 of one grid: seed 10's folder is not seed 1's (done, or resumed as seed 1's checkpoint)."""
+    finished_run(tmp_path / "runs", "Hopper-v4", "seeds-x", 10)
+    grid.main(["status", "--seeds", "1", "10", "--name", "x", "--dir", str(tmp_path), "--", "--env-id", "Hopper-v4"])
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["missing", "done"]
+    named = grid.Run("table1", "a", "Hopper-v4", 1, 2048, ())
+    finished_run(tmp_path / "runs", "Hopper-v4", "table1-a", 12)
+    assert named.state(str(tmp_path / "runs")) == ("missing", None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent's death signals its children on Linux alone")
+def test_each_run_gets_sigterm_when_the_grid_dies_and_runs_in_a_session_of_its_own(fake_repo, tmp_path):
+    """A grid killed outright leaves no run training: each asked the kernel for SIGTERM (it saves; SIGKILL would not)
+    at its parent's death; and each is out of the terminal's process group, so that Ctrl-C reaches the grid alone."""
+    (fake_repo / "ppo_continuous.py").write_text(
+        "import ctypes, json, os, signal\nsig = ctypes.c_int(0)\nctypes.CDLL(None).prctl(2, ctypes.byref(sig))\n"
+        "open(os.path.join(os.path.dirname(__file__), 'process.json'), 'w').write(json.dumps("
+        "{'pdeathsig': sig.value, 'own_session': os.getsid(0) == os.getpid(), 'pgid': os.getpgid(0)}))\n"
+        + LOGGING_SCRIPT
+    )
+    runs = grid.seed_runs("ppo_continuous.py", [1], ["--env-id", "X"], "orphan")
+    assert grid.run(runs, str(tmp_path / "there" / "runs"), parallel=1) == 0
+    process = json.loads((fake_repo / "process.json").read_text())
+    assert process["pdeathsig"] == signal.SIGTERM
+    assert process["own_session"] and process["pgid"] != os.getpgid(0)
+
+
+def test_a_runs_record_is_made_from_the_folder_it_finished_in_not_an_older_one(fake_repo, tmp_path):
+    """A run started over by hand leaves two folders: the newest checkpoint is resumed, and its record is that
+    folder's, not the older one's (which has no summary)."""
+    (fake_repo / "ppo_continuous.py").write_text(FAKE_SCRIPT)
+    runs_dir, records = tmp_path / "evidence" / "runs", str(tmp_path / "records")
+    run = grid.Run("table1", "twice", "Hopper-v4", 1, 2048, ())
+    for stamp in (1600000000, 1650000000):
+        (runs_dir / f"Hopper-v4__table1-twice__1__{stamp}").mkdir(parents=True)
+        (runs_dir / f"Hopper-v4__table1-twice__1__{stamp}" / "checkpoint.pt").write_bytes(b"")
+    assert grid.run([run], str(runs_dir), parallel=1, records_dir=records) == 0
+    assert grid.read_record(run, records)["source"] == "run folder Hopper-v4__table1-twice__1__1650000000"

@@ -97,6 +97,7 @@ def test_a_task_preempted_and_requeued_by_slurm_itself_resumes_its_run_and_ends_
     num_steps, budget = 256, 48 * 256  # 49 s asleep: requeued in its first seconds, it has most of its run left
     flags = ["--seeds", "1", "--name", "pre", "--", "--env-id", "slowpoint:SlowPointMass-v0", "--eval-episodes", "1"]
     flags += ["--total-timesteps", str(budget), "--num-steps", str(num_steps), "--save-every", "1"]
+    flags += ["--update-epochs", "2", "--num-minibatches", "4"]  # an iteration and its save well inside KillWait
     env = ENV | {"PYTHONPATH": f"{tmp_path}:{ENV['PYTHONPATH']}"}
     cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), "run", "--slurm", "--dir", str(tmp_path)]
     cmd += ["--time", "10", "--wait", *flags]

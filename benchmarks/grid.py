@@ -555,6 +555,9 @@ def run(runs: list[Run], runs_dir: str, parallel: int, records_dir: str = RECORD
             if signals and proc.returncode == 128 + signals[0]:
                 print(f"saved {what}: stopped with the grid", flush=True)
                 continue
+            if signals and proc.returncode == -signals[0]:  # killed by it before the script's handler was set
+                print(f"kept  {what}: stopped with the grid before its training began; nothing to save", flush=True)
+                continue
             failed += 1
             # exit 0 without summary.json: not a run that finished (resuming would evaluate and summarize it)
             why = f"exit {proc.returncode}" if proc.returncode else "exit 0 without summary.json"

@@ -236,6 +236,37 @@ def test_a_stopped_grid_starts_no_other_run_counts_its_runs_saved_and_exits_with
     assert not (tmp_path / "ready3").exists()  # the third run never started
 
 
+# a run stopped before it could set a handler (a script still importing torch): the signal kills it, Python's way
+UNHANDLED_RUN = """
+import os, signal, sys, time
+open(f"ready{SEED}", "w").close()
+if SEED == 1:
+    while not os.path.exists("ready2"):
+        time.sleep(0.05)
+    os.kill(os.getppid(), signal.SIGTERM)
+time.sleep(30)  # the grid's SIGTERM ends it long before
+sys.exit(5)
+"""
+
+
+@dataclass(frozen=True)
+class UnhandledRun(grid.Run):
+    def command(self, runs_dir: str) -> list[str]:
+        return [sys.executable, "-c", UNHANDLED_RUN.replace("SEED", str(self.seed))]
+
+
+def test_a_run_the_grids_signal_kills_before_its_handler_is_set_is_stopped_with_the_grid_not_failed(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(grid, "POLL_S", 0.05)
+    runs = [UnhandledRun(grid.SEEDS_GRID, "early", None, seed, None, ()) for seed in (1, 2)]
+    with pytest.raises(SystemExit) as stop:
+        grid.run(runs, str(tmp_path / "runs"), parallel=2)
+    assert stop.value.code == 128 + signal.SIGTERM
+    out = capsys.readouterr().out
+    assert out.count("stopped with the grid before its training began") == 2 and "FAILED" not in out, out
+
+
 # a run that records each signal it gets; seed 1 sends the grid SIGTERM and, once that reached it, SIGINT. Each
 # run waits for both (30 s at most, a guard against a hang), as a script that quits at once on a second signal
 COUNTING_RUN = (

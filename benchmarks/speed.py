@@ -23,7 +23,9 @@ Prints, after the machine (CPU model, usable cores, torch version):
    functions: env (envs.step), inference (the policy's call), storage (the rest of the rollout: writing
    the buffer, converting), GAE (with the bootstrap value), update. A checkout whose script lacks one of
    those functions, or calls it otherwise, is skipped, with the reason.
-3. the ceiling: as many steps of the script's wrapped vector env with random actions and no learning, and
+3. the checkpoint: its size, and the median time of a write and a read through the script's own
+   save_checkpoint and load_checkpoint (a fresh agent, its Adam moments filled, into a temporary folder).
+4. the ceiling: as many steps of the script's wrapped vector env with random actions and no learning, and
    of the bare env (no wrappers, no vector env).
 --sps-only prints 1 alone.
 
@@ -55,6 +57,7 @@ SCRIPTS = ("ppo_continuous.py", "ppo_atari.py")
 THIS = "this checkout"
 BREAKDOWN_ITERATIONS = 5  # at most, timed in-process
 PHASES = ("env", "inference", "storage", "GAE", "update")
+CHECKPOINT_REPEATS = 5  # writes and reads of a checkpoint timed; the median is reported
 
 
 def machine() -> str:
@@ -289,11 +292,37 @@ def bare_ceiling(env_id: str, env_kwargs: dict, steps: int) -> float:
     return bare
 
 
+def checkpoint_times(m, args) -> tuple[float, float, float]:
+    """The script's own checkpoint of a fresh agent whose Adam moments are filled (one step), as a run's are: its
+    megabytes, and the median seconds of a write (save_checkpoint: a temporary file, renamed) and of a read
+    (load_checkpoint, which checks it too), over CHECKPOINT_REPEATS of each."""
+    envs = m.make_envs(args, "speed")
+    agent = m.Agent(envs)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=m.ADAM_EPS)
+    sum(p.sum() for p in agent.parameters()).backward()
+    optimizer.step()  # Adam's two moments per weight: most of a checkpoint's size
+    writes, reads = [], []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "checkpoint.pt")
+            for _ in range(CHECKPOINT_REPEATS):
+                t = time.perf_counter()
+                m.save_checkpoint(path, agent, optimizer, envs, args, {"global_step": 0})
+                writes.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                m.load_checkpoint(path)
+                reads.append(time.perf_counter() - t)
+            size = os.path.getsize(path) / 1e6
+    finally:
+        envs.close()
+    return size, float(np.median(writes)), float(np.median(reads))
+
+
 def phase_and_ceiling_lines(
     scripts: dict[str, str], modules: dict, flags: list[str], iterations: int, steps: int, extra: dict | None = None
 ):
-    """For each checkout (and --flag variant, with its extra flags): its breakdown and its wrapped env's ceiling (or
-    why not; one per checkout); then the bare env's ceiling."""
+    """For each checkout (and --flag variant, with its extra flags): its breakdown; then its checkpoint and its
+    wrapped env's ceiling (or why not; one per checkout); then the bare env's ceiling."""
     extra = extra or {}
     for label, script in scripts.items():
         try:
@@ -306,6 +335,14 @@ def phase_and_ceiling_lines(
         yield f"{label}: {breakdown(modules[label], m_args, min(iterations, BREAKDOWN_ITERATIONS))}"
         if label in extra:  # the same envs as this checkout's
             continue
+        try:
+            size, write, read = checkpoint_times(modules[label], m_args)
+            yield (
+                f"{label}: checkpoint {size:.2f} MB: write {write * 1e3:.1f} ms, read {read * 1e3:.1f} ms "
+                f"(save_checkpoint, load_checkpoint; median of {CHECKPOINT_REPEATS})"
+            )
+        except Exception as e:  # an older script without them, or with other signatures
+            yield f"{label}: checkpoint skipped: {type(e).__name__}: {e}"
         try:
             wrapped = wrapped_ceiling(modules[label], m_args, steps)
             yield f"{label}: ceiling, random actions: {wrapped:.0f} SPS through the script's wrappers"

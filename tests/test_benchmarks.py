@@ -1014,6 +1014,35 @@ def test_speed_breakdown_counts_every_env_of_the_batch(monkeypatch):
     assert line.endswith("update 0.250 s (12%); 200 SPS")  # 4 x 100 steps in 2 s
 
 
+def test_speed_times_the_scripts_own_checkpoint_writes_and_reads_with_adams_moments_in_it(monkeypatch):
+    """Each write and read goes through the script's save_checkpoint and load_checkpoint (a slower one is seen), the
+    median is reported, and the checkpoint holds both Adam moments of every weight, as a run's does."""
+    clock, saved, loaded = [0.0], [], []
+    save, load = C.save_checkpoint, C.load_checkpoint
+
+    def slow_save(path, agent, optimizer, *rest):
+        saved.append(optimizer.state_dict()["state"])
+        clock[0] += 2.0 * len(saved) ** 2  # 2, 8, 18, 32, 50 s: the median 18, the mean 22
+        return save(path, agent, optimizer, *rest)
+
+    def slow_load(path):
+        loaded.append(path)
+        clock[0] += 1.0
+        return load(path)
+
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(C, "save_checkpoint", slow_save)
+    monkeypatch.setattr(C, "load_checkpoint", slow_load)
+    args = C.Args(env_id="Pendulum-v1")
+    size, write, read = speed.checkpoint_times(C, args)
+    assert (write, read) == (18.0, 1.0) and len(saved) == len(loaded) == speed.CHECKPOINT_REPEATS
+    envs = C.make_envs(args, "weights")
+    weights = list(C.Agent(envs).parameters())
+    envs.close()
+    assert len(saved[0]) == len(weights) and all({"exp_avg", "exp_avg_sq"} <= set(s) for s in saved[0].values())
+    assert size > 3 * sum(w.numel() * w.element_size() for w in weights) / 1e6  # the weights and their two moments
+
+
 def test_speed_wrapped_ceiling_counts_env_steps_not_vector_steps(monkeypatch):
     stepped = []
     space = types.SimpleNamespace(seed=lambda s: None, sample=lambda: 0)
@@ -1039,15 +1068,17 @@ def test_speed_sps_lines_have_one_ratio_per_other_checkout():
     ]
 
 
-def test_speed_a_flag_variant_gets_a_breakdown_but_no_ceiling_of_its_own(monkeypatch):
+def test_speed_a_flag_variant_gets_a_breakdown_but_no_checkpoint_or_ceiling_of_its_own(monkeypatch):
     monkeypatch.setattr(speed, "breakdown", lambda m, args, iterations: f"breakdown compile={args.compile}")
     monkeypatch.setattr(speed, "wrapped_ceiling", lambda m, args, steps: 10.0)
     monkeypatch.setattr(speed, "bare_ceiling", lambda env_id, kwargs, steps: 20.0)
+    monkeypatch.setattr(speed, "checkpoint_times", lambda m, args: (0.25, 0.004, 0.0125))
     flagged = f"{speed.THIS} --compile"
     scripts, modules = {speed.THIS: "x.py", flagged: "x.py"}, {speed.THIS: C, flagged: C}
     lines = list(speed.phase_and_ceiling_lines(scripts, modules, [], 1, 100, {flagged: ["--compile"]}))
     assert lines == [
         f"{speed.THIS}: breakdown compile=False",
+        f"{speed.THIS}: checkpoint 0.25 MB: write 4.0 ms, read 12.5 ms (save_checkpoint, load_checkpoint; median of 5)",
         f"{speed.THIS}: ceiling, random actions: 10 SPS through the script's wrappers",
         f"{flagged}: breakdown compile=True",
         "ceiling, random actions: 20 SPS bare env (no wrappers, no vector env)",

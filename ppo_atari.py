@@ -23,7 +23,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NoReturn
 
 import ale_py
 import gymnasium as gym
@@ -84,7 +84,7 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"
     """an Atari id: any *NoFrameskip-v4 or ALE/*-v5 (module:EnvId imports module first)"""
     total_timesteps: int = 10_000_000
-    """agent steps of 4 frames summed over all environments, the reset step after each life included (CleanRL's)"""
+    """agent steps of 4 frames summed over all environments (10M: CleanRL's), each life's reset step included"""
     learning_rate: float = 2.5e-4
     """Adam's step size at the start of training (the paper's Atari value)"""
     num_envs: int = 8
@@ -123,7 +123,7 @@ class Args:
     anneal_clip: bool = False
     """decay the clip range as the learning rate, as the PPO paper did on Atari"""
     target_kl: float | None = None
-    """stop the epochs of an update as soon as a minibatch's approx KL exceeds this"""
+    """stop an update at the first minibatch whose approx KL exceeds this, before its step (CleanRL: at an epoch end)"""
     bootstrap_truncation: bool = True
     """bootstrap from the critic at time limits (off: treat them as terminations, as CleanRL does)"""
 
@@ -148,7 +148,7 @@ class Args:
         return self.total_timesteps // self.batch_size
 
 
-ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
+ADAM_EPS = 1e-5  # Adam's epsilon: baselines' 1e-5 (one of the 37 details), not PyTorch's default 1e-8
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 
 
@@ -253,7 +253,7 @@ def usable_cores() -> int:
 CPU_THREADS = usable_cores()  # the convolutions use every core this process may use
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
-VALUE_HEAD_GAIN = 1.0
+VALUE_HEAD_GAIN = 1.0  # the value head at unit scale (the 37 details), unlike the near-zero policy head
 
 
 def layer_init(layer: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
@@ -279,7 +279,7 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64 * 7 * 7, HIDDEN)),  # -> (B, 512)
             nn.ReLU(),
         )
-        self.memory_format = torch.channels_last  # NHWC convolutions: ~1.5x faster on the CPU in fp32
+        self.memory_format = torch.channels_last  # NHWC convolutions: oneDNN's faster layout on the CPU in fp32
         self.network.to(memory_format=self.memory_format)
         self.actor = layer_init(nn.Linear(HIDDEN, envs.single_action_space.n), POLICY_HEAD_GAIN)
         self.critic = layer_init(nn.Linear(HIDDEN, 1), VALUE_HEAD_GAIN)
@@ -304,7 +304,7 @@ class Agent(nn.Module):
 def autocast_bf16(agent: Agent, device: torch.device) -> None:
     """--bf16: each network's forward (and so its backward) under bf16 autocast, its output cast back to fp32, so
     that weights, Adam and all that follows the networks (log-probs, ratios, advantages, losses) stay fp32."""
-    if device.type == "cpu":  # oneDNN's bf16 convolutions ran ~1.6x faster NCHW than NHWC here (fp32: the other way)
+    if device.type == "cpu":  # oneDNN's bf16 convolutions ran faster NCHW than NHWC here (fp32: the other way)
         agent.memory_format = torch.contiguous_format
         agent.network.to(memory_format=agent.memory_format)
     for net in (agent.network,):  # the CNN; the two heads take its fp32 output
@@ -501,7 +501,7 @@ def minibatch_loss(
     pg_loss = policy_loss(ratio, mb_advantages, args.objective, clip_coef, kl, kl_beta)
     v_loss = value_loss(newvalue, mb_values, mb_returns, clip_coef if args.clip_vloss else None)
     entropy_loss = entropy.mean()
-    loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+    loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss  # an entropy bonus, a value penalty
     return loss, torch.stack([pg_loss, v_loss, entropy_loss]).detach(), logratio.detach()
 
 
@@ -516,7 +516,6 @@ def update(
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
     step_stats: list[tuple[Tensor, Tensor]] = []  # per minibatch: (pg loss, v loss, entropy, grad norm), logratio
     loss_of = torch.compile(minibatch_loss) if args.compile else minibatch_loss  # compiled at its first call
-    epochs_done = 0
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
         # one gather per epoch; the minibatches are then contiguous slices
@@ -531,13 +530,12 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             average_gradients(agent, len(logratio))  # under torchrun: the gradient of every process's samples
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)  # global
             optimizer.step()
             step_stats.append((torch.cat([mb_stats, grad_norm[None]]), logratio))
         if losses is None:
             break
-        epochs_done += 1
-    # minibatches differ in size by at most one sample, so the mean over all samples is the mean of means
+    # minibatches differ in size by at most one sample: the mean of means is the mean over all samples, nearly
     pg, v, ent, gn = torch.stack([s[0] for s in step_stats]).mean(0).tolist() if step_stats else [float("nan")] * 4
     logratio = torch.cat([s[1] for s in step_stats]) if step_stats else torch.zeros(1)
     ratio = logratio.exp()
@@ -551,7 +549,7 @@ def update(
         "losses/grad_norm": gn,
         "losses/ratio_max": ratio.max().item(),
         "losses/ratio_min": ratio.min().item(),
-        "losses/epochs_done": epochs_done,
+        "losses/epochs_done": len(step_stats) / args.num_minibatches,  # minibatch steps taken, in epochs
         "losses/explained_variance": explained_variance(b_values, b_returns),
     }
     if args.objective == "kl-adaptive":  # the adaptive penalty is set by the KL of the whole update
@@ -1013,7 +1011,7 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
     return envs
 
 
-def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
+def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> NoReturn:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
     # saved: no signal may cut the closing short, not even torchrun's SIGTERM to all once one worker has exited.
     for sig in (signal.SIGINT, signal.SIGTERM):  # ignored by every thread, through the interpreter's exit
@@ -1125,7 +1123,7 @@ def why(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Bad input ends the program with one line on stderr, no traceback."""
     say(f"error: {message}", file=sys.stderr)
     time.sleep(0 if RANK == 0 else FAIL_GRACE_S)  # under torchrun: rank 0, which prints, exits first

@@ -23,7 +23,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -83,7 +83,7 @@ class Args:
     env_id: str = "HalfCheetah-v4"
     """a gymnasium id with Box (A,) actions (HalfCheetah, Hopper, Walker2d, Ant, Humanoid v4/v5) or your module:EnvId"""
     total_timesteps: int = 1_000_000
-    """environment steps summed over all environments, the reset step after each episode included (the paper's)"""
+    """environment steps summed over all environments (1M: the paper's), each episode's reset step included"""
     learning_rate: float = 3e-4
     """Adam's step size at the start of training (the paper's MuJoCo value)"""
     num_envs: int = 1
@@ -122,7 +122,7 @@ class Args:
     anneal_clip: bool = False
     """decay the clip range as the learning rate, as the PPO paper did on Atari"""
     target_kl: float | None = None
-    """stop the epochs of an update as soon as a minibatch's approx KL exceeds this"""
+    """stop an update at the first minibatch whose approx KL exceeds this, before its step (CleanRL: at an epoch end)"""
     bootstrap_truncation: bool = True
     """bootstrap from the critic at time limits (off: treat them as terminations, as CleanRL does)"""
 
@@ -147,7 +147,7 @@ class Args:
         return self.total_timesteps // self.batch_size
 
 
-ADAM_EPS = 1e-5  # Adam's epsilon (PyTorch's default 1e-8 is less stable here)
+ADAM_EPS = 1e-5  # Adam's epsilon: baselines' 1e-5 (one of the 37 details), not PyTorch's default 1e-8
 RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 
 
@@ -258,11 +258,11 @@ def make_envs(args: Args, run_name: str) -> VectorEnv:
 # 3. Agent ------------------------------------------------------------------------------------
 
 HIDDEN = 64  # units in each of the two hidden layers
-INIT_STD = 0.5  # the policy's starting action std; 1.0 (CleanRL's) flails: docs/choices.md, "Initial std"
+INIT_STD = 0.5  # the policy's starting action std; CleanRL's 1.0 did worse on HalfCheetah: docs/choices.md
 CPU_THREADS = 1  # the networks are tiny: more threads cost more in sync than they gain
 HIDDEN_GAIN = np.sqrt(2)  # orthogonal init gain of the hidden layers
 POLICY_HEAD_GAIN = 0.01  # a near-zero policy head: the first actions ignore the observation
-VALUE_HEAD_GAIN = 1.0
+VALUE_HEAD_GAIN = 1.0  # the value head at unit scale (the 37 details), unlike the near-zero policy head
 
 
 def layer_init(layer: nn.Module, gain: float = HIDDEN_GAIN) -> nn.Module:
@@ -509,7 +509,7 @@ def minibatch_loss(
     pg_loss = policy_loss(ratio, mb_advantages, args.objective, clip_coef, kl, kl_beta)
     v_loss = value_loss(newvalue, mb_values, mb_returns, clip_coef if args.clip_vloss else None)
     entropy_loss = entropy.mean()
-    loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+    loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss  # an entropy bonus, a value penalty
     return loss, torch.stack([pg_loss, v_loss, entropy_loss]).detach(), logratio.detach()
 
 
@@ -524,7 +524,6 @@ def update(
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
     step_stats: list[tuple[Tensor, Tensor]] = []  # per minibatch: (pg loss, v loss, entropy, grad norm), logratio
     loss_of = torch.compile(minibatch_loss) if args.compile else minibatch_loss  # compiled at its first call
-    epochs_done = 0
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
         # one gather per epoch; the minibatches are then contiguous slices
@@ -539,13 +538,12 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             average_gradients(agent, len(logratio))  # under torchrun: the gradient of every process's samples
-            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)  # global
             optimizer.step()
             step_stats.append((torch.cat([mb_stats, grad_norm[None]]), logratio))
         if losses is None:
             break
-        epochs_done += 1
-    # minibatches differ in size by at most one sample, so the mean over all samples is the mean of means
+    # minibatches differ in size by at most one sample: the mean of means is the mean over all samples, nearly
     pg, v, ent, gn = torch.stack([s[0] for s in step_stats]).mean(0).tolist() if step_stats else [float("nan")] * 4
     logratio = torch.cat([s[1] for s in step_stats]) if step_stats else torch.zeros(1)
     ratio = logratio.exp()
@@ -559,7 +557,7 @@ def update(
         "losses/grad_norm": gn,
         "losses/ratio_max": ratio.max().item(),
         "losses/ratio_min": ratio.min().item(),
-        "losses/epochs_done": epochs_done,
+        "losses/epochs_done": len(step_stats) / args.num_minibatches,  # minibatch steps taken, in epochs
         "losses/explained_variance": explained_variance(b_values, b_returns),
     }
     if args.objective == "kl-adaptive":  # the adaptive penalty is set by the KL of the whole update
@@ -1021,7 +1019,7 @@ def in_workers(thunks: list[Callable[[], gym.Env]], **kwargs) -> VectorEnv:
     return envs
 
 
-def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> None:
+def stop_on_signal(signum: int, log: "RunLog", envs: VectorEnv, args: Args, run_dir: str) -> NoReturn:
     """After the checkpoint of a stop: close the logs, say how to resume, and exit with 128 + the signal."""
     # saved: no signal may cut the closing short, not even torchrun's SIGTERM to all once one worker has exited.
     for sig in (signal.SIGINT, signal.SIGTERM):  # ignored by every thread, through the interpreter's exit
@@ -1130,7 +1128,7 @@ def why(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Bad input ends the program with one line on stderr, no traceback."""
     say(f"error: {message}", file=sys.stderr)
     time.sleep(0 if RANK == 0 else FAIL_GRACE_S)  # under torchrun: rank 0, which prints, exits first

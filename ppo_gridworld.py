@@ -73,7 +73,7 @@ class Args:
     clip_vloss: bool = False
     """clip the critic's move within --clip-coef of its value at collection, as the policy's ratio is clipped"""
     target_kl: float | None = None
-    """stop an update's epochs as soon as a minibatch's approx KL exceeds this"""
+    """stop an update at the first minibatch whose approx KL exceeds this, before its step (CleanRL: at an epoch end)"""
     ablation: bool = False
     """run the clip ablation instead of one training run"""
     surrogate_study: bool = False
@@ -94,6 +94,7 @@ class Args:
 ABLATION = dict(num_envs=8, num_steps=16, update_epochs=30, num_minibatches=1, learning_rate=0.1)  # 2x the default
 ABLATION_SEEDS = 5
 ADV_EPS = 1e-8  # keeps advantage normalization finite when all advantages are equal
+MIN_MINIBATCH = 2  # samples: a normalized minibatch of one has advantage 0, so no policy gradient
 NEAR_OPTIMAL = 0.01  # "reached the optimum": J(pi) within this of V*
 VISITED = 0.01  # critic and greedy actions are graded on cells s with (1 - gamma) rho(s) >= 1%
 Q_TIE = 1e-6  # actions whose Q* is within this of the best count as optimal
@@ -106,6 +107,8 @@ def check_args(args: Args) -> str | None:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
     if args.batch_size % args.num_minibatches:
         return f"--num-minibatches {args.num_minibatches} does not divide the batch of {args.batch_size}"
+    if args.norm_adv and args.batch_size // args.num_minibatches < MIN_MINIBATCH:
+        return f"--num-minibatches {args.num_minibatches} makes minibatches of one sample, normalized to advantage 0"
     if not 0 <= args.seed < 2**32:  # numpy's generators take no negative seed; the bound is the neural scripts'
         return f"--seed must lie in [0, 2**32), got {args.seed}"
     if nan := [name for name, value in vars(args).items() if isinstance(value, float) and np.isnan(value)]:
@@ -464,7 +467,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
     b_values, b_advantages, b_returns = buf.values.ravel(), advantages.ravel(), returns.ravel()
     pi_old = agent.policy()
     v_clip = args.clip_coef if args.clip_vloss else None  # value clipping: the policy's clip range, as CleanRL's
-    logratios, entropies, value_losses, epochs_done = [], [], [], 0
+    logratios, entropies, value_losses = [], [], []
     for _epoch in range(args.update_epochs):
         perm = rng.permutation(args.batch_size)
         stop = False
@@ -499,7 +502,6 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
             logratios.append(logratio)
         if stop:
             break
-        epochs_done += 1
     pi = agent.policy()
     logratio = np.concatenate(logratios) if logratios else np.zeros(1)
     ratio = np.exp(logratio)
@@ -513,7 +515,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
         "losses/ratio_min": float(ratio.min()),
         "losses/ess": effective_sample_size(ratio) / len(ratio),
         "losses/final_kl": float(kl_divergence(pi_old[visited], pi[visited]).mean()),
-        "losses/epochs_done": epochs_done,
+        "losses/epochs_done": len(logratios) / args.num_minibatches,  # minibatch steps taken, in epochs
     }
 
 

@@ -465,7 +465,8 @@ def test_update_stops_at_target_kl_and_moves_the_critic_toward_the_targets():
     assert np.abs(agent.values[buf.states] - returns).mean() < 0.5 * before
     stopped = G.Agent.uniform(0.05)
     metrics = G.update(stopped, buf, G.Args(update_epochs=8, target_kl=1e-6), 1.0, rng)
-    assert metrics["losses/epochs_done"] == 0
+    # one step, in epochs: the first minibatch starts from the old policy (KL 0), the second is past the target
+    assert metrics["losses/epochs_done"] == 1 / G.Args().num_minibatches
 
 
 def test_update_metrics_count_ratios_clipped_on_both_sides_and_give_the_ess_as_a_fraction(monkeypatch):
@@ -501,6 +502,12 @@ def test_the_same_seed_repeats_a_run_and_another_seed_changes_it():
     assert a == b and a["true_return"] != c["true_return"]
 
 
+def test_minibatches_of_one_sample_are_refused_only_where_advantages_are_normalized():
+    assert "one sample" in G.check_args(G.Args(num_minibatches=512))
+    assert G.check_args(G.Args(num_minibatches=512, norm_adv=False)) is None  # a raw advantage has a gradient
+    assert G.check_args(G.Args(num_minibatches=256)) is None  # two samples: a std
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -510,6 +517,7 @@ def test_the_same_seed_repeats_a_run_and_another_seed_changes_it():
         ({"update_epochs": 0}, "--update-epochs must be positive"),
         ({"num_minibatches": 0}, "--num-minibatches must be positive"),
         ({"num_minibatches": 3}, "does not divide"),
+        ({"num_minibatches": 512}, "minibatches of one sample"),  # each normalized to advantage 0: no gradient
         ({"learning_rate": 0.0}, "must be positive"),
         ({"critic_learning_rate": -1.0}, "--critic-learning-rate must lie in (0, 1]"),
         ({"critic_learning_rate": 1.5}, "--critic-learning-rate must lie in (0, 1]"),  # past the targets

@@ -192,9 +192,9 @@ def test_target_kl_stops_the_epochs_and_epochs_done_says_when():
         metrics = C.update(agent, optimizer, buf, advantages, returns, run_args, 1.0, 0.2)
         done[target_kl] = (metrics["losses/epochs_done"], count_steps(optimizer))
     assert done[None] == (8, 32)
-    assert done[1e-9] == (0, 1)  # one step, then the next minibatch already exceeds the target
+    assert done[1e-9] == (0.25, 1)  # one step (a quarter epoch), then the next minibatch already exceeds the target
     epochs, steps = done[0.02]
-    assert 0 < epochs < 8 and epochs * 4 <= steps < (epochs + 1) * 4  # stopped within epoch epochs + 1
+    assert 0 < epochs < 8 and epochs == steps / 4 and steps % 4  # stopped within an epoch: the steps, in epochs
 
 
 def test_target_kl_stops_at_the_first_minibatch_whose_mean_kl_exceeds_it(monkeypatch):

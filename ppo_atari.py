@@ -148,10 +148,6 @@ class Args:
         return self.total_timesteps // self.batch_size
 
 
-ADAM_EPS = 1e-5  # Adam's epsilon: baselines' 1e-5 (one of the 37 details), not PyTorch's default 1e-8
-RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
-
-
 # 2. Environment ------------------------------------------------------------------------------
 
 
@@ -560,6 +556,9 @@ def update(
 
 
 # 7. Training loop ----------------------------------------------------------------------------
+
+ADAM_EPS = 1e-5  # Adam's epsilon: baselines' 1e-5 (one of the 37 details), not PyTorch's default 1e-8
+RECENT_EPISODES = 10  # episodes averaged for the progress bar and summary.json
 
 
 def advance(progress: dict, iteration: int, batch_size: int, kl_beta: float, episodes: list) -> dict:

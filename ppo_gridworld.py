@@ -505,7 +505,6 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
     pi = agent.policy()
     logratio = np.concatenate(logratios) if logratios else np.zeros(1)
     ratio = np.exp(logratio)
-    visited = np.unique(b_states)
     return {
         "losses/approx_kl": float(kl_k3(logratio).mean()),
         "losses/clipfrac": float((np.abs(ratio - 1) > args.clip_coef).mean()),
@@ -514,7 +513,7 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
         "losses/ratio_max": float(ratio.max()),
         "losses/ratio_min": float(ratio.min()),
         "losses/ess": effective_sample_size(ratio) / len(ratio),
-        "losses/final_kl": float(kl_divergence(pi_old[visited], pi[visited]).mean()),
+        "losses/final_kl": float(kl_divergence(pi_old[b_states], pi[b_states]).mean()),  # the paper's: over samples
         "losses/epochs_done": len(logratios) / args.num_minibatches,  # minibatch steps taken, in epochs
     }
 

@@ -512,14 +512,14 @@ def update(
     b_advantages, b_returns = advantages.flatten()[keep], returns.flatten()[keep]
     step_stats: list[tuple[Tensor, Tensor]] = []  # per minibatch: (pg loss, v loss, entropy, grad norm), logratio
     loss_of = torch.compile(minibatch_loss) if args.compile else minibatch_loss  # compiled at its first call
+    slices = minibatch_slices(b_obs.shape[0], args.num_minibatches)  # the same bounds in every epoch
     for _epoch in range(args.update_epochs):
         perm = torch.randperm(b_obs.shape[0], device=b_obs.device)
         # one gather per epoch; the minibatches are then contiguous slices
-        epoch = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)]
-        slices = minibatch_slices(b_obs.shape[0], args.num_minibatches)
-        adv_moments = minibatch_moments(epoch[4], slices) if args.norm_adv else [None] * len(slices)
+        shuffled = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)]
+        adv_moments = minibatch_moments(b_advantages[perm], slices) if args.norm_adv else [None] * len(slices)
         for mb, moments in zip(slices, adv_moments):
-            losses = loss_of(agent, [x[mb] for x in epoch], moments, args, kl_beta, clip_coef)
+            losses = loss_of(agent, [x[mb] for x in shuffled], moments, args, kl_beta, clip_coef)
             if losses is None:  # --target-kl: no further step on this batch
                 break
             loss, mb_stats, logratio = losses

@@ -587,11 +587,11 @@ def train(args: Args, writer: "SummaryWriter | None" = None, verbose: bool = Tru
             "charts/kl_beta": kl_beta,
             "charts/learning_rate": agent.policy_optimizer.lr,
         }
-        if finished:
-            scalars["charts/episodic_return"] = float(np.mean(finished))
         if writer:
             for tag, value in scalars.items():
                 writer.add_scalar(tag, value, global_step)
+            for episode_return in finished:  # one point per episode, as the neural scripts log them
+                writer.add_scalar("charts/episodic_return", episode_return, global_step)
         if verbose:
             print(
                 f"{iteration:4d} {global_step:6d} {g['true_return']:7.3f} {g['optimal_return']:6.3f} "

@@ -812,14 +812,17 @@ def test_ratio_extremes_cover_every_minibatch_step(monkeypatch):
     assert metrics["losses/ratio_min"] == pytest.approx(np.exp(-0.5))
 
 
-def test_the_logged_episodic_return_is_the_mean_of_the_iteration_s_finished_episodes(monkeypatch):
+def test_each_finished_episode_s_return_is_logged_once_at_its_iteration_s_step_as_the_neural_scripts_log_them(
+    monkeypatch,
+):
     calls = spy(monkeypatch, G, "collect_rollout")
     writer = WriterRecorder()
     G.train(G.Args(num_iterations=3), writer=writer, verbose=False)
     finished = [list(result[2]) for _, _, result in calls]
     assert any(len(set(f)) > 1 for f in finished)  # iterations whose episodes differ
-    logged = [value for _, value in writer.scalars["charts/episodic_return"]]
-    assert logged == pytest.approx([np.mean(f) for f in finished if f])
+    batch = G.Args().batch_size
+    expected = [(batch * (i + 1), r) for i, f in enumerate(finished) for r in f]  # (step, return), in order
+    assert writer.scalars["charts/episodic_return"] == pytest.approx(expected)
 
 
 def test_the_grade_follows_gamma():

@@ -382,11 +382,14 @@ def linear_schedule(start: float, step: int, total_steps: int) -> float:
     return start * (1.0 - step / total_steps)
 
 
+KL_BAND, KL_BETA_FACTOR = 1.5, 2.0  # the paper's heuristic rule: beta is halved or doubled outside d_targ's band
+
+
 def adapt_kl_beta(beta: float, kl: float, kl_target: float) -> float:
     """The PPO paper's rule: halve beta when the KL was below d_targ/1.5, double it above 1.5*d_targ."""
-    if kl < kl_target / 1.5:
-        return beta / 2
-    return beta * 2 if kl > kl_target * 1.5 else beta
+    if kl < kl_target / KL_BAND:
+        return beta / KL_BETA_FACTOR
+    return beta * KL_BETA_FACTOR if kl > kl_target * KL_BAND else beta
 
 
 def explained_variance(predicted: Tensor, target: Tensor) -> float:

@@ -599,7 +599,7 @@ DETAIL_MARKERS = {
     "minibatch_loss": ["ADV_EPS", "args.ent_coef", "args.target_kl"],
     "policy_loss": ["torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)", "kl_beta * kl"],
     "value_loss": ["torch.clamp(new_values - old_values"],
-    "adapt_kl_beta": ["1.5"],
+    "adapt_kl_beta": ["KL_BAND", "KL_BETA_FACTOR"],
     "kl_k3": ["expm1"],
     "linear_schedule": ["1.0 - step / total_steps"],
     "main": ["eps=ADAM_EPS", "linear_schedule(", "adapt_kl_beta("],

@@ -225,6 +225,8 @@ class GridEnvs:
 # 3. Agent: one logit per cell and action, one value per cell
 # ---------------------------------------------------------------------------------------------
 
+LOG_FLOOR = 1e-300  # log(0) would be -inf, and 0 * -inf NaN: a zero probability adds 0 to an entropy or a KL
+
 
 def softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max(-1, keepdims=True))
@@ -232,7 +234,7 @@ def softmax(z: np.ndarray) -> np.ndarray:
 
 
 def entropy(pi: np.ndarray) -> np.ndarray:
-    return -(pi * np.log(np.clip(pi, 1e-300, None))).sum(-1)
+    return -(pi * np.log(np.clip(pi, LOG_FLOOR, None))).sum(-1)
 
 
 class Adam:
@@ -287,7 +289,7 @@ def effective_sample_size(weights: np.ndarray) -> float:
 
 def kl_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """KL(p || q) over the last axis."""
-    return (p * (np.log(np.clip(p, 1e-300, None)) - np.log(np.clip(q, 1e-300, None)))).sum(-1)
+    return (p * (np.log(np.clip(p, LOG_FLOOR, None)) - np.log(np.clip(q, LOG_FLOOR, None)))).sum(-1)
 
 
 FLAT_ADVANTAGE = 1e-9  # advantages spread less than this (relative) within each state are rounding, not a direction
@@ -499,7 +501,8 @@ def update(agent: Agent, buf: Rollout, args: Args, kl_beta: float, rng: np.rando
             np.add.at(v_grad_sum, b_states[mb], v_grad)
             np.add.at(visits, b_states[mb], 1.0 / len(mb))
             # regression toward the value targets: each visited cell moves toward its targets' mean
-            agent.values -= args.critic_learning_rate * v_grad_sum / np.maximum(visits, ADV_EPS)
+            step = np.divide(v_grad_sum, visits, out=np.zeros(NUM_STATES), where=visits > 0)  # unvisited: none
+            agent.values -= args.critic_learning_rate * step
             logratios.append(logratio)
         if stop:
             break
